@@ -1,0 +1,105 @@
+"""Benchmark of optimal_cuts.py: solver time and predicted softmax speed-up.
+
+Times `optimal_cutoffs` (median of --repeats runs) on the WikiText-2 word
+counts (whitespace tokens plus one <eos> per line of wiki.train.tokens,
+N = 33,278) for K = 1..4 tails and on a synthetic Zipf vocabulary the size of
+WikiText-103's (N = 267,735, K = 4), then prints a Markdown table for the
+README. The predicted speed-up is the cost model's, 1 / relative cost; the
+measured speed-up of the layer itself is another benchmark's job.
+
+Usage (from the repository root):
+    python bench/bench_optimal_cuts.py [--repeats=5] [--quadratic]
+"""
+
+import collections
+import os
+import pathlib
+import statistics
+import sys
+import time
+
+from absl import app
+from absl import flags
+from absl import logging
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import optimal_cuts  # pylint: disable=wrong-import-position
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("data_dir", str(ROOT.parent / "shared" / "data" / "wikitext-2"),
+                    "Directory holding wiki.train.tokens.")
+flags.DEFINE_integer("repeats", 5, "Timed runs per row (the median is shown).")
+flags.DEFINE_bool("quadratic", True, "Also time the plain O(K N^2) DP once on "
+                  "WikiText-2 with K = 2, for comparison.")
+
+WIKITEXT103_TYPES = 267_735
+WIKITEXT103_TOKENS = 103_227_021
+
+
+def wikitext2_counts(data_dir):
+    """Word counts of wiki.train.tokens: whitespace tokens + <eos> per line."""
+    counter = collections.Counter()
+    with open(os.path.join(data_dir, "wiki.train.tokens"),
+              encoding="utf-8") as stream:
+        for line in stream:
+            counter.update(line.split())
+            counter["<eos>"] += 1
+    return np.array(list(counter.values()), dtype=np.int64)
+
+
+def zipf_counts(size, tokens, exponent=1.0):
+    """Deterministic Zipf counts (rank r gets tokens / (r^s * H)), min 1."""
+    weights = 1.0 / np.arange(1, size + 1) ** exponent
+    return np.maximum(1, np.round(tokens * weights / weights.sum()))
+
+
+def timed(repeats, *args, **kwargs):
+    """(result, median seconds) of optimal_cutoffs over `repeats` runs."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = optimal_cuts.optimal_cutoffs(*args, **kwargs)
+        times.append(time.perf_counter() - start)
+    return result, statistics.median(times)
+
+
+def main(argv):
+    del argv
+    logging.set_verbosity(logging.WARNING)  # One info line per solve.
+    wt2 = wikitext2_counts(FLAGS.data_dir)
+    zipf = zipf_counts(WIKITEXT103_TYPES, WIKITEXT103_TOKENS)
+    rows = []
+    for name, counts, tails, widths in (
+            ("WikiText-2 words", wt2, (1, 2, 3, 4), (128, 512)),
+            ("Zipf s=1 (WikiText-103 size)", zipf, (4,), (128, 512))):
+        for d_model in widths:
+            for num_tails in tails:
+                result, seconds = timed(FLAGS.repeats, counts, num_tails,
+                                        d_model)
+                rows.append((name, counts.size, num_tails, d_model, result,
+                             seconds, f"median of {FLAGS.repeats}"))
+    if FLAGS.quadratic:
+        result, seconds = timed(1, wt2, 2, 128, method="quadratic")
+        rows.append(("WikiText-2 words", wt2.size, 2, 128, result, seconds,
+                     "1 run, plain DP"))
+
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"command: python bench/bench_optimal_cuts.py --repeats="
+          f"{FLAGS.repeats}{'' if FLAGS.quadratic else ' --noquadratic'}")
+    print(f"machine: {os.cpu_count()} CPUs, load average {load:.2f}, "
+          f"numpy {np.__version__}\n")
+    print("| counts | N | K | d_model | cutoffs | relative cost | "
+          "predicted speed-up | method | solver time |")
+    print("|---|---:|---:|---:|---|---:|---:|---|---:|")
+    for name, size, num_tails, d_model, result, seconds, note in rows:
+        print(f"| {name} | {size:,} | {num_tails} | {d_model} | "
+              f"{','.join(map(str, result.cutoffs))} | "
+              f"{result.relative_cost:.4f} | {result.speedup:.1f}x | "
+              f"{result.method} | {seconds * 1000:,.0f} ms ({note}) |")
+
+
+if __name__ == "__main__":
+    app.run(main)
