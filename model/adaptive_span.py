@@ -1,0 +1,208 @@
+"""Adaptive attention span (Sukhbaatar et al. 2019, arXiv 1905.07799).
+
+Size glossary:
+    B: batch size.
+    T: segment (query) length.
+    M: memory length before trimming, M' after.
+    K: key length, K = M + T (M' + T after trimming).
+    N: number of attention heads.
+    H: head size.
+    D: model width.
+    S: maximum span (span_max); R: ramp length (span_ramp).
+
+Head h learns `s_h in [0, 1]` (clamped by `ClampConstraint` after every
+optimizer update) and attends with span `z_h = S * s_h`. The softmax weight of
+a key at distance `x = (M + i) - j` from query i is multiplied by
+
+    m_h(x) = clamp((R + z_h - x) / R, 0, 1)        (0 for non-causal keys)
+
+and the weights are renormalised. `lambda * mean_h(z_h)` is the span loss.
+
+Memory older than every query can see is dropped before attention, so compute
+and memory follow the learned spans (see `memory_keep_length`).
+"""
+
+import keras
+import tensorflow as tf
+
+from model.relative_attention import RelativeMultiHeadAttention
+
+# Added to the renormalisation denominator: a row whose in-span weights all
+# underflow gives zeros instead of NaN.
+_RENORM_EPSILON = 1e-8
+# Kept memory lengths are rounded up to this multiple, so the key length
+# changes rarely as the spans move.
+_TRIM_MULTIPLE = 64
+
+
+@keras.saving.register_keras_serializable(package="par")
+class ClampConstraint(keras.constraints.Constraint):
+    """Clips a weight into `[min_value, max_value]` after each optimizer update.
+
+    Keras 3 optimizers apply `variable.constraint` after every `apply` call.
+
+    Args:
+        min_value: float, lower bound.
+        max_value: float, upper bound.
+    """
+
+    def __init__(self, min_value=0.0, max_value=1.0):
+        if min_value > max_value:
+            raise ValueError(f"ClampConstraint: min_value {min_value} > max_value {max_value}")
+        self.min_value = float(min_value)
+        self.max_value = float(max_value)
+
+    def __call__(self, w):
+        return keras.ops.clip(w, self.min_value, self.max_value)
+
+    def get_config(self):
+        return {"min_value": self.min_value, "max_value": self.max_value}
+
+
+def adaptive_span_mask(spans, span_ramp, qlen, klen, dtype=tf.float32):
+    """Soft span mask over (head, query, key).
+
+    Args:
+        spans: [N] spans z_h in tokens.
+        span_ramp: float, ramp length R > 0.
+        qlen: int or scalar tensor, T.
+        klen: int or scalar tensor, K >= T (the last T keys are the queries).
+        dtype: dtype of the result.
+
+    Returns:
+        [N, T, K] with `clamp((R + z_h - x) / R, 0, 1)` for the distance
+        `x = (K - T + i) - j >= 0`, and 0 for the non-causal keys `x < 0`.
+    """
+    spans = tf.cast(spans, tf.float32)
+    query = tf.range(qlen)[:, None] + (klen - qlen)  # absolute query positions
+    distance = tf.cast(query - tf.range(klen)[None, :], tf.float32)  # [T, K]
+    ramp = float(span_ramp)
+    mask = tf.clip_by_value((ramp + spans[:, None, None] - distance) / ramp, 0.0, 1.0)  # [N, T, K]
+    mask = tf.where(distance >= 0.0, mask, 0.0)
+    return tf.cast(mask, dtype)
+
+
+def memory_keep_length(spans, span_ramp, mlen):
+    """Number of most recent memory positions that some query may still see.
+
+    Returns `L = min(M, ceil64(max_h z_h + R))`. Dropping the memory positions
+    j < M - L is exact: such a key is at distance
+    `x = M + i - j >= L + 1 + i > L >= max_h z_h + R` from every query i, so
+    `R + z_h - x < 0` and its mask `m_h(x)` is 0 for every head. Current-segment
+    keys are never dropped: query 0 sees key j = M at distance 0.
+
+    Args:
+        spans: [N] spans z_h in tokens.
+        span_ramp: float, ramp length R.
+        mlen: int or scalar int32 tensor, M.
+
+    Returns:
+        Scalar int32 tensor L, 0 <= L <= M.
+    """
+    reach = tf.reduce_max(tf.cast(spans, tf.float32)) + float(span_ramp)
+    keep = tf.cast(tf.math.ceil(reach / _TRIM_MULTIPLE), tf.int32) * _TRIM_MULTIPLE
+    return tf.minimum(tf.cast(mlen, tf.int32), keep)
+
+
+@keras.saving.register_keras_serializable(package="par")
+class AdaptiveSpanAttention(RelativeMultiHeadAttention):
+    """Relative multi-head attention with a learned soft span per head.
+
+    Same call as `RelativeMultiHeadAttention`; when `training`, the span loss
+    is added with `add_loss` (so `model.losses` / `fit` pick it up).
+
+    Args:
+        d_model, num_heads, d_head, dropout, attn_dropout, clamp_len,
+            pre_norm, untie_rel_bias, layer_norm_epsilon, kernel_initializer:
+            as in `RelativeMultiHeadAttention`.
+        span_max: int, maximum span S in tokens.
+        span_ramp: int, ramp length R > 0 of the soft mask.
+        span_init: float in [0, 1], initial s_h of every head.
+        span_loss_coef: float >= 0, lambda of the span loss.
+        trim_memory: bool, drop memory no query can see (exact, see
+            `memory_keep_length`); False keeps all of it (for comparisons).
+        **kwargs: base `keras.layers.Layer` arguments.
+    """
+
+    def __init__(
+        self,
+        d_model,
+        num_heads,
+        d_head,
+        span_max=1024,
+        span_ramp=32,
+        span_init=0.0,
+        span_loss_coef=2e-6,
+        trim_memory=True,
+        **kwargs,
+    ):
+        super().__init__(d_model, num_heads, d_head, **kwargs)
+        if span_max <= 0:
+            raise ValueError(f"span_max must be positive, got {span_max}")
+        if not 0 < span_ramp <= span_max:
+            raise ValueError(f"span_ramp must be in (0, span_max={span_max}], got {span_ramp}")
+        if not 0.0 <= span_init <= 1.0:
+            raise ValueError(f"span_init must be in [0, 1] (a fraction of span_max), got {span_init}")
+        if span_loss_coef < 0:
+            raise ValueError(f"span_loss_coef must be >= 0, got {span_loss_coef}")
+        self.span_max = int(span_max)
+        self.span_ramp = int(span_ramp)
+        self.span_init = float(span_init)
+        self.span_loss_coef = float(span_loss_coef)
+        self.trim_memory = bool(trim_memory)
+
+    def build(self, input_shape):
+        super().build(input_shape)
+        # float32 even under mixed precision: z_h = S * s_h needs the precision.
+        self.span = self.add_weight(
+            name="span",
+            shape=(self.num_heads,),
+            initializer=keras.initializers.Constant(self.span_init),
+            constraint=ClampConstraint(0.0, 1.0),
+            autocast=False,
+        )  # s_h [N]
+
+    @property
+    def spans(self):
+        """[N] float32 spans z_h = S * s_h in tokens."""
+        if not self.built:
+            raise ValueError(f"{self.name}: spans are created when the layer is built; call it first")
+        return tf.convert_to_tensor(self.span) * float(self.span_max)
+
+    def span_loss(self):
+        """Scalar float32 `span_loss_coef * mean_h(z_h)`, usable outside `call`."""
+        return self.span_loss_coef * tf.reduce_mean(self.spans)
+
+    def _select_memory(self, mem):
+        if not self.trim_memory:
+            return mem
+        mlen = tf.shape(mem)[1]
+        keep = memory_keep_length(self.spans, self.span_ramp, mlen)
+        return mem[:, mlen - keep :]  # [B, M', D]
+
+    def _attention_weights(self, logits):
+        weights = super()._attention_weights(logits)  # [B, N, T, K]
+        shape = tf.shape(logits)
+        mask = adaptive_span_mask(self.spans, self.span_ramp, shape[-2], shape[-1])  # [N, T, K]
+        weights = weights * mask
+        return weights / (tf.reduce_sum(weights, axis=-1, keepdims=True) + _RENORM_EPSILON)
+
+    def call(self, x, mem=None, training=False):
+        """See `RelativeMultiHeadAttention.call`; adds the span loss when training."""
+        outputs = super().call(x, mem, training=training)
+        if training:
+            self.add_loss(self.span_loss())
+        return outputs
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "span_max": self.span_max,
+                "span_ramp": self.span_ramp,
+                "span_init": self.span_init,
+                "span_loss_coef": self.span_loss_coef,
+                "trim_memory": self.trim_memory,
+            }
+        )
+        return config

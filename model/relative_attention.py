@@ -1,0 +1,322 @@
+"""Transformer-XL relative multi-head attention (Dai et al. 2019, arXiv 1901.02860).
+
+Size glossary (used in shape comments and einsum equations):
+    B: batch size.
+    T: segment (query) length.
+    M: memory length (cached inputs of the previous segment).
+    K: key length, K = M + T.
+    N: number of attention heads.
+    H: head size (d_head).
+    D: model width (d_model).
+
+Score of query i (absolute position M + i) and key j (0 <= j < K):
+
+    s(i, j) = ((q_i + u) . k_j + (q_i + v) . (W_R r_{M+i-j})) / sqrt(H)
+
+with `r` a fixed sinusoid over the distance, `u`, `v` learned per head, and a
+causal mask that lets query i see the keys j <= M + i (all memory and the
+current positions up to i). Scores are laid out `[B, N, T, K]`.
+
+The layer is TensorFlow-only on purpose (the project trains with
+`tf.distribute` from TFRecords): `tf` ops give dynamic shapes, which the
+adaptive-span subclass needs to trim its memory inside `tf.function`.
+"""
+
+import math
+
+import keras
+import tensorflow as tf
+
+# Added to masked logits (in float32) so their softmax weight is exactly 0;
+# finite rather than -inf so a fully masked row could never produce NaN.
+_MASK_VALUE = -1e30
+
+
+def relative_positional_encoding(klen, d_model, clamp_len=-1, dtype="float32"):
+    """Sinusoid embedding of the relative distances `klen - 1, ..., 1, 0`.
+
+    Row k encodes the distance `klen - 1 - k`, so the last row is distance 0.
+    Distances above `clamp_len` are clamped to it when `clamp_len >= 0`.
+
+    Args:
+        klen: int or scalar int tensor, the key length K.
+        d_model: int, the (even) embedding width D.
+        clamp_len: int, clamp distances to this value; < 0 disables clamping.
+        dtype: dtype of the result (computed in float32 first).
+
+    Returns:
+        Tensor [K, D]: `concat([sin(p * inv_freq), cos(p * inv_freq)])` with
+        `inv_freq = 1 / 10000^(range(0, D, 2) / D)`.
+    """
+    if d_model % 2:
+        raise ValueError(f"d_model must be even for the sinusoid encoding, got {d_model}")
+    inv_freq = 1.0 / tf.pow(10000.0, tf.range(0, d_model, 2, dtype=tf.float32) / d_model)
+    positions = tf.range(tf.cast(klen, tf.float32) - 1.0, -1.0, -1.0, dtype=tf.float32)
+    if clamp_len >= 0:
+        positions = tf.minimum(positions, float(clamp_len))
+    angles = positions[:, None] * inv_freq[None, :]  # [K, D/2]
+    encoding = tf.concat([tf.sin(angles), tf.cos(angles)], axis=-1)  # [K, D]
+    return tf.cast(encoding, dtype)
+
+
+def rel_shift(x):
+    """Aligns position scores from "by relative distance" to "by key index".
+
+    On input, `x[..., i, c]` is the score of query i against the position
+    embedding of row c, i.e. distance `K - 1 - c` (descending encoding). On
+    output, `out[..., i, j] = x[..., i, j + T - 1 - i]`: the score of query i
+    (absolute position M + i) against key j, whose distance is `M + i - j`,
+    because `K - 1 - (j + T - 1 - i) = M + i - j`.
+
+    Why pad / reshape / drop a row works: pad one zero column in front of the
+    key axis, giving rows of length K + 1, and look at the flat buffer. Output
+    element (i, j) is flat element `i * K + j` of the result, which after
+    dropping the first T entries (one row of the [K + 1, T] view) is flat
+    element `T + i * K + j = i * (K + 1) + (T - i + j)` of the padded buffer:
+    row i, padded column `T - i + j`, i.e. original column `j + T - 1 - i`.
+    This stays in row i while `T - i + j <= K`, that is `j <= M + i`: exactly
+    the causal keys. Entries with `j > M + i` hold values from the next row
+    (or padding) and must be masked by the caller.
+
+    Args:
+        x: Tensor [B, N, T, K] (any leading dims; the last two are T, K with
+            K >= T).
+
+    Returns:
+        Tensor with the shape and dtype of `x`.
+    """
+    shape = tf.shape(x)
+    lead, qlen, klen = shape[:-2], shape[-2], shape[-1]
+    rank = len(x.shape)
+    padded = tf.pad(x, [[0, 0]] * (rank - 1) + [[1, 0]])  # [B, N, T, K + 1]
+    padded = tf.reshape(padded, tf.concat([lead, [klen + 1, qlen]], 0))  # [B, N, K + 1, T]
+    shifted = padded[..., 1:, :]  # [B, N, K, T]
+    return tf.reshape(shifted, shape)  # [B, N, T, K]
+
+
+def clone_initializer(initializer, offset):
+    """A fresh copy of a Keras initializer for the `offset`-th weight of a layer.
+
+    A seeded Keras 3 initializer returns the same values at every call, so
+    reusing it (or a plain copy) would make e.g. the query and key kernels
+    equal; the seed of the copy is shifted by `offset` instead.
+
+    Args:
+        initializer: a Keras initializer.
+        offset: int, distinct for each weight of the layer.
+
+    Returns:
+        A new initializer of the same class.
+    """
+    config = keras.initializers.serialize(initializer)
+    seed = config.get("config", {}).get("seed")
+    if isinstance(seed, int):
+        config["config"]["seed"] = seed + offset
+    return keras.initializers.get(config)
+
+
+def causal_mask(qlen, klen):
+    """Boolean [T, K]: query i (absolute position K - T + i) sees keys j <= K - T + i."""
+    mlen = klen - qlen
+    query = tf.range(qlen)[:, None]
+    key = tf.range(klen)[None, :]
+    return key <= query + mlen
+
+
+@keras.saving.register_keras_serializable(package="par")
+class RelativeMultiHeadAttention(keras.layers.Layer):
+    """Transformer-XL attention sub-layer with memory, residual and layer norm.
+
+    Queries come from the current segment only; keys and values from
+    `concat(mem, x)`. The q/k/v/position/output projections have no biases,
+    as in Transformer-XL. Softmax runs in float32 whatever the dtype policy.
+
+    Post-norm (default, as in the paper): `LN(x + Attn(x, mem))`.
+    Pre-norm: `x + Attn(LN(x), LN(mem))`: the same norm is applied to the
+    memory and the current input (the memory caches un-normalised block
+    inputs), and the residual adds the raw input.
+
+    `untie_rel_bias=False` is accepted for config compatibility but the biases
+    `u`, `v` remain one pair per layer: sharing a variable across Keras layers
+    would break their independent serialization.
+
+    Args:
+        d_model: int, model width D.
+        num_heads: int, number of heads N.
+        d_head: int, head size H.
+        dropout: float, dropout on the output projection.
+        attn_dropout: float, dropout on the attention weights.
+        clamp_len: int, clamp relative distances to this value; < 0: no clamp.
+        pre_norm: bool, pre-norm instead of post-norm.
+        untie_rel_bias: bool, see above.
+        layer_norm_epsilon: float, epsilon of the layer norm.
+        kernel_initializer: initializer of the projections and of `u`, `v`
+            (default normal with stddev 0.02, as in Transformer-XL).
+        **kwargs: base `keras.layers.Layer` arguments (name, dtype, ...).
+    """
+
+    def __init__(
+        self,
+        d_model,
+        num_heads,
+        d_head,
+        dropout=0.0,
+        attn_dropout=0.0,
+        clamp_len=-1,
+        pre_norm=False,
+        untie_rel_bias=True,
+        layer_norm_epsilon=1e-5,
+        kernel_initializer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        for field, value in (("d_model", d_model), ("num_heads", num_heads), ("d_head", d_head)):
+            if int(value) <= 0:
+                raise ValueError(f"{field} must be a positive integer, got {value}")
+        if d_model % 2:
+            raise ValueError(f"d_model must be even (sinusoid positions), got {d_model}")
+        for field, value in (("dropout", dropout), ("attn_dropout", attn_dropout)):
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"{field} must be in [0, 1), got {value}")
+        self.d_model = int(d_model)
+        self.num_heads = int(num_heads)
+        self.d_head = int(d_head)
+        self.dropout = float(dropout)
+        self.attn_dropout = float(attn_dropout)
+        self.clamp_len = int(clamp_len)
+        self.pre_norm = bool(pre_norm)
+        self.untie_rel_bias = bool(untie_rel_bias)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        if kernel_initializer is None:
+            kernel_initializer = keras.initializers.RandomNormal(stddev=0.02)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+
+        self.layer_norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm"
+        )
+        self.attn_dropout_layer = keras.layers.Dropout(
+            self.attn_dropout, dtype=self.dtype_policy, name="attn_dropout"
+        )
+        self.output_dropout = keras.layers.Dropout(
+            self.dropout, dtype=self.dtype_policy, name="output_dropout"
+        )
+
+    def build(self, input_shape):
+        if input_shape[-1] is not None and input_shape[-1] != self.d_model:
+            raise ValueError(
+                f"{self.name}: input width {input_shape[-1]} != d_model {self.d_model}; "
+                "pass inputs of shape [B, T, d_model]"
+            )
+        projection = (self.d_model, self.num_heads, self.d_head)
+
+        def kernel(name, shape):
+            initializer = clone_initializer(self.kernel_initializer, len(self.weights))
+            return self.add_weight(name=name, shape=shape, initializer=initializer)
+
+        self.query_kernel = kernel("query_kernel", projection)  # [D, N, H]
+        self.key_kernel = kernel("key_kernel", projection)  # [D, N, H]
+        self.value_kernel = kernel("value_kernel", projection)  # [D, N, H]
+        self.position_kernel = kernel("position_kernel", projection)  # W_R [D, N, H]
+        output = (self.num_heads, self.d_head, self.d_model)
+        self.output_kernel = kernel("output_kernel", output)  # [N, H, D]
+        self.content_bias = kernel("content_bias", (self.num_heads, self.d_head))  # u [N, H]
+        self.position_bias = kernel("position_bias", (self.num_heads, self.d_head))  # v [N, H]
+        self.layer_norm.build(input_shape)
+        super().build(input_shape)
+
+    def _select_memory(self, mem):
+        """Hook for subclasses to drop memory positions; [B, M, D] -> [B, M', D]."""
+        return mem
+
+    def _attention_weights(self, logits):
+        """Causally masked softmax over keys.
+
+        Args:
+            logits: float32 [B, N, T, K], already scaled.
+
+        Returns:
+            float32 [B, N, T, K] attention weights (rows sum to 1).
+        """
+        shape = tf.shape(logits)
+        mask = causal_mask(shape[-2], shape[-1])  # [T, K]
+        return tf.nn.softmax(tf.where(mask, logits, _MASK_VALUE), axis=-1)
+
+    def _attend(self, query_input, kv_input, training):
+        """Attention without residual and norm.
+
+        Args:
+            query_input: [B, T, D] current segment.
+            kv_input: [B, K, D] memory followed by the current segment.
+            training: bool.
+
+        Returns:
+            [B, T, D] output of the output projection (before dropout).
+        """
+        klen = tf.shape(kv_input)[1]
+        scale = 1.0 / math.sqrt(self.d_head)
+        q = tf.einsum("btd,dnh->btnh", query_input, self.query_kernel)  # [B, T, N, H]
+        k = tf.einsum("bkd,dnh->bknh", kv_input, self.key_kernel)  # [B, K, N, H]
+        v = tf.einsum("bkd,dnh->bknh", kv_input, self.value_kernel)  # [B, K, N, H]
+        # The position projection does not depend on the batch: once per call.
+        r = relative_positional_encoding(
+            klen, self.d_model, self.clamp_len, self.compute_dtype
+        )  # [K, D]
+        r = tf.einsum("kd,dnh->knh", r, self.position_kernel)  # [K, N, H]
+        # Scaling the [B, T, N, H] queries is cheaper than scaling [B, N, T, K] scores.
+        q_content = (q + self.content_bias) * scale  # [B, T, N, H]
+        q_position = (q + self.position_bias) * scale  # [B, T, N, H]
+        content = tf.einsum("btnh,bknh->bntk", q_content, k)  # [B, N, T, K]
+        position = rel_shift(tf.einsum("btnh,knh->bntk", q_position, r))  # [B, N, T, K]
+        logits = tf.cast(content + position, tf.float32)  # [B, N, T, K]
+        weights = self._attention_weights(logits)  # [B, N, T, K]
+        weights = self.attn_dropout_layer(weights, training=training)
+        weights = tf.cast(weights, self.compute_dtype)
+        context = tf.einsum("bntk,bknh->btnh", weights, v)  # [B, T, N, H]
+        return tf.einsum("btnh,nhd->btd", context, self.output_kernel)  # [B, T, D]
+
+    def call(self, x, mem=None, training=False):
+        """Applies attention over `concat(mem, x)`, the residual and the norm.
+
+        Args:
+            x: [B, T, D] current segment.
+            mem: [B, M, D] memory (M may be 0) or None.
+            training: bool, enables dropout.
+
+        Returns:
+            [B, T, D] in the compute dtype.
+        """
+        x = tf.cast(x, self.compute_dtype)
+        if mem is not None:
+            mem = self._select_memory(tf.cast(mem, self.compute_dtype))
+        kv_input = x if mem is None else tf.concat([mem, x], axis=1)  # [B, K, D]
+        if self.pre_norm:
+            kv_input = self.layer_norm(kv_input)
+            query_input = kv_input[:, -tf.shape(x)[1] :]
+        else:
+            query_input = x
+        attn = self._attend(query_input, kv_input, training)
+        attn = self.output_dropout(attn, training=training)
+        if self.pre_norm:
+            return x + attn
+        return self.layer_norm(x + attn)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "d_model": self.d_model,
+                "num_heads": self.num_heads,
+                "d_head": self.d_head,
+                "dropout": self.dropout,
+                "attn_dropout": self.attn_dropout,
+                "clamp_len": self.clamp_len,
+                "pre_norm": self.pre_norm,
+                "untie_rel_bias": self.untie_rel_bias,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            }
+        )
+        return config

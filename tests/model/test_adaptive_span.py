@@ -1,0 +1,219 @@
+"""Tests for model/adaptive_span.py: mask formula, equivalences, trimming, training."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from model.adaptive_span import (
+    AdaptiveSpanAttention,
+    ClampConstraint,
+    adaptive_span_mask,
+    memory_keep_length,
+)
+from model.relative_attention import RelativeMultiHeadAttention
+from tests.model.test_relative_attention import randomize_weights, slow_attention
+
+D, N, H = 8, 2, 3
+
+
+def make_layer(spans=None, seed=0, **overrides):
+    kwargs = dict(d_model=D, num_heads=N, d_head=H, span_max=8, span_ramp=2)
+    kwargs.update(overrides)
+    layer = AdaptiveSpanAttention(**kwargs)
+    layer.build((None, None, D))
+    randomize_weights(layer, seed)
+    if spans is not None:
+        layer.span.assign(np.asarray(spans, "float32"))
+    return layer
+
+
+def random_inputs(batch=2, qlen=3, mlen=4, seed=1):
+    rng = np.random.default_rng(seed)
+    return (
+        rng.normal(size=(batch, qlen, D)).astype("float32"),
+        rng.normal(size=(batch, mlen, D)).astype("float32"),
+    )
+
+
+def mask_formula(z, ramp, distance):
+    return 0.0 if distance < 0 else min(1.0, max(0.0, (ramp + z - distance) / ramp))
+
+
+def test_mask_equals_formula():
+    spans = np.array([0.0, 2.5, 6.0], "float32")
+    got = adaptive_span_mask(spans, 2, 3, 7).numpy()
+    assert got.shape == (3, 3, 7)
+    for h in range(3):
+        for i in range(3):
+            for j in range(7):
+                assert got[h, i, j] == pytest.approx(mask_formula(spans[h], 2, 4 + i - j), abs=1e-7)
+    # The ramp is really used: partial values exist, as do exact 0 and 1.
+    assert np.any((got > 0) & (got < 1)) and np.any(got == 0) and np.any(got == 1)
+
+
+def test_memory_keep_length():
+    assert int(memory_keep_length([0.0, 0.0], 32, 1000)) == 64
+    assert int(memory_keep_length([33.0, 1.0], 32, 1000)) == 128
+    assert int(memory_keep_length([33.0, 1.0], 32, 100)) == 100
+    assert int(memory_keep_length([0.0], 32, 0)) == 0
+
+
+def test_full_span_tiny_ramp_equals_relative_attention():
+    layer = make_layer(spans=[1.0, 1.0], span_max=16, span_ramp=1)
+    plain = RelativeMultiHeadAttention(D, N, H)
+    plain.build((None, None, D))
+    by_name = {w.path.split("/", 1)[1]: w for w in layer.weights}
+    for weight in plain.weights:
+        weight.assign(by_name[weight.path.split("/", 1)[1]])
+    x, mem = random_inputs(mlen=5)  # K = 8 <= span_max: mask is exactly 1
+    np.testing.assert_allclose(layer(x, mem).numpy(), plain(x, mem).numpy(), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("overrides", [{}, {"pre_norm": True, "clamp_len": 2}])
+def test_matches_slow_reference_with_span_mask(overrides):
+    layer = make_layer(spans=[0.25, 0.6], **overrides)  # z = 2 and 4.8 tokens, R = 2
+    x, mem = random_inputs(mlen=5)
+    z = layer.spans.numpy()
+    expected = slow_attention(
+        layer, x, mem, span_weight=lambda h, dist: mask_formula(z[h], 2, dist), renorm_eps=1e-8
+    )
+    np.testing.assert_allclose(layer(x, mem).numpy(), expected, rtol=1e-5, atol=1e-5)
+    # The mask bites: without it the output differs.
+    unmasked = slow_attention(layer, x, mem)
+    assert np.abs(unmasked - expected).max() > 1e-2
+
+
+def test_trimming_is_exact_and_effective():
+    trimmed = make_layer(spans=[0.1, 0.25], span_max=16, span_ramp=4)  # max z + R = 8 -> keep 64
+    full = make_layer(spans=[0.1, 0.25], span_max=16, span_ramp=4, trim_memory=False)
+    x, mem = random_inputs(batch=1, qlen=4, mlen=80)
+    expected = full(x, mem).numpy()
+    poisoned = mem.copy()
+    poisoned[:, :16] = np.nan  # the 16 oldest positions must never be read
+    got = trimmed(x, poisoned).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    assert np.all(np.isnan(full(x, poisoned).numpy()))
+
+
+def test_trimming_follows_span_variable_inside_tf_function():
+    layer = make_layer(spans=[0.1, 0.0], span_max=128, span_ramp=4)
+    reference = make_layer(spans=[0.1, 0.0], span_max=128, span_ramp=4, trim_memory=False)
+    spec = tf.TensorSpec([None, None, D], tf.float32)
+    step = tf.function(lambda x, m: layer(x, m), input_signature=[spec, spec])
+    x, mem = random_inputs(batch=1, qlen=2, mlen=200)
+    for span, keep in ((0.1, 64), (1.0, 192)):  # z + R = 16.8 -> 64; 132 -> 192
+        layer.span.assign([span, 0.0])
+        reference.span.assign([span, 0.0])
+        assert int(memory_keep_length(layer.spans, 4, 200)) == keep
+        poisoned = mem.copy()
+        poisoned[:, : 200 - keep] = np.nan
+        expected = reference(x, mem).numpy()
+        np.testing.assert_allclose(step(x, poisoned).numpy(), expected, rtol=1e-5, atol=1e-5)
+    assert step.experimental_get_tracing_count() == 1
+
+
+def test_clamp_constraint_applied_by_optimizer():
+    layer = make_layer(spans=[0.5, 0.5])
+    optimizer = keras.optimizers.Adam(learning_rate=10.0)
+    optimizer.apply_gradients([(tf.constant([1.0, -1.0]), layer.span)])
+    np.testing.assert_array_equal(layer.span.numpy(), [0.0, 1.0])
+    assert ClampConstraint.from_config(json.loads(json.dumps(ClampConstraint(0, 1).get_config())))(
+        tf.constant([-2.0, 0.3, 5.0])
+    ).numpy().tolist() == pytest.approx([0.0, 0.3, 1.0])
+
+
+def test_span_loss_value_and_add_loss():
+    layer = make_layer(spans=[0.25, 0.75], span_max=8, span_loss_coef=0.1)
+    np.testing.assert_allclose(layer.spans.numpy(), [2.0, 6.0])
+    assert float(layer.span_loss()) == pytest.approx(0.1 * 4.0)
+    x, mem = random_inputs()
+    layer(x, mem)
+    assert layer.losses == []
+    layer(x, mem, training=True)
+    assert len(layer.losses) == 1 and float(layer.losses[0]) == pytest.approx(0.4)
+
+
+def functional_model(layer, qlen=3, mlen=4):
+    x_in = keras.Input((qlen, D))
+    mem_in = keras.Input((mlen, D))
+    return keras.Model([x_in, mem_in], layer(x_in, mem_in))
+
+
+def test_fit_step_trains_weights_and_clamps_span():
+    # The span loss (gradient 10 * 8 / 2 = 40 per s_h) pushes both s_h far
+    # below 0 in one SGD step; the constraint must clamp them to exactly 0.
+    layer = make_layer(spans=[0.3, 0.05], span_loss_coef=10.0)
+    model = functional_model(layer)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    x, mem = random_inputs()
+    mse_before = float(np.mean((model([x, mem]).numpy() - 1.0) ** 2))
+    before = [w.numpy().copy() for w in layer.trainable_weights]
+    history = model.fit([x, mem], np.ones_like(x), epochs=1, batch_size=2, verbose=0)
+    for weight, old in zip(layer.trainable_weights, before):
+        assert np.abs(weight.numpy() - old).max() > 0, weight.path
+    np.testing.assert_array_equal(layer.span.numpy(), [0.0, 0.0])
+    # The reported loss is the MSE plus the span loss 10 * mean(8 * s) = 14.
+    assert history.history["loss"][0] == pytest.approx(mse_before + 14.0, rel=1e-5)
+
+
+def test_gradients_finite_and_reach_span():
+    layer = make_layer(spans=[0.25, 0.6])
+    x, mem = (tf.constant(a) for a in random_inputs())
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(layer(x, mem) ** 2)
+    grads = tape.gradient(loss, layer.trainable_weights)
+    for grad in grads:
+        assert np.all(np.isfinite(grad.numpy()))
+    assert np.abs(grads[-1].numpy()).min() > 0  # the span (last weight) gets a gradient via the ramp
+
+
+def test_config_round_trip_and_keras_save_load(tmp_path):
+    layer = make_layer(
+        spans=[0.4, 0.9], span_max=6, span_ramp=3, span_init=0.5, trim_memory=False, name="span_attn"
+    )
+    config = json.loads(json.dumps(layer.get_config()))
+    clone = AdaptiveSpanAttention.from_config(config)
+    assert clone.get_config() == layer.get_config()
+    x, mem = random_inputs()
+    clone(x, mem)
+    assert clone.span.numpy().tolist() == [0.5, 0.5]  # span_init
+    clone.set_weights(layer.get_weights())
+    expected = layer(x, mem).numpy()
+    np.testing.assert_allclose(clone(x, mem).numpy(), expected, rtol=1e-6, atol=1e-6)
+
+    model = functional_model(layer)
+    assert tuple(model.output.shape) == (None, 3, D)
+    model.save(tmp_path / "span.keras")
+    loaded = keras.models.load_model(tmp_path / "span.keras")
+    np.testing.assert_allclose(loaded([x, mem]).numpy(), expected, rtol=1e-6, atol=1e-6)
+    loaded_layer = loaded.get_layer("span_attn")
+    assert isinstance(loaded_layer.span.constraint, ClampConstraint)
+
+
+def test_mixed_bfloat16_policy():
+    layer = AdaptiveSpanAttention(
+        D, N, H, span_max=8, span_ramp=2, span_init=0.5, dtype="mixed_bfloat16"
+    )
+    x, mem = random_inputs()
+    out = layer(x, mem, training=True)
+    assert out.dtype == tf.bfloat16 and layer.spans.dtype == tf.float32
+    assert np.all(np.isfinite(out.numpy().astype("float32")))
+    assert layer.losses[0].dtype == tf.float32
+
+
+@pytest.mark.parametrize(
+    "kwargs,field",
+    [
+        ({"span_max": 0}, "span_max"),
+        ({"span_max": 8, "span_ramp": 9}, "span_ramp"),
+        ({"span_ramp": 0}, "span_ramp"),
+        ({"span_init": 1.5}, "span_init"),
+        ({"span_loss_coef": -1.0}, "span_loss_coef"),
+    ],
+)
+def test_bad_arguments_name_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        AdaptiveSpanAttention(D, N, H, **kwargs)

@@ -1,0 +1,288 @@
+"""Tests for model/relative_attention.py against slow explicit-loop references."""
+
+import json
+import math
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from model.relative_attention import (
+    RelativeMultiHeadAttention,
+    rel_shift,
+    relative_positional_encoding,
+)
+
+D, N, H = 8, 2, 3  # d_head != d_model / num_heads on purpose
+
+
+def randomize_weights(layer, seed=0, scale=0.4):
+    """Large random weights so that scores are far from uniform attention."""
+    rng = np.random.default_rng(seed)
+    for weight in layer.weights:
+        value = rng.normal(0.0, scale, weight.shape)
+        if weight.path.endswith("gamma"):
+            value = 1.0 + value
+        weight.assign(value.astype("float32"))
+
+
+def make_layer(seed=0, **overrides):
+    kwargs = dict(d_model=D, num_heads=N, d_head=H)
+    kwargs.update(overrides)
+    layer = RelativeMultiHeadAttention(**kwargs)
+    layer.build((None, None, D))
+    randomize_weights(layer, seed)
+    return layer
+
+
+def sinusoid(position, d_model):
+    inv_freq = [1.0 / 10000 ** (k / d_model) for k in range(0, d_model, 2)]
+    sines = [math.sin(position * f) for f in inv_freq]
+    return np.array(sines + [math.cos(position * f) for f in inv_freq])
+
+
+def layer_norm(h, gamma, beta, eps):
+    return (h - h.mean(-1, keepdims=True)) / np.sqrt(h.var(-1, keepdims=True) + eps) * gamma + beta
+
+
+def slow_attention(layer, x, mem, span_weight=None, renorm_eps=0.0):
+    """Relative attention layer output from the formula, one (b, i, n, j) at a time.
+
+    Args:
+        layer: a built RelativeMultiHeadAttention (or subclass): weights only.
+        x: [B, T, D] array.
+        mem: [B, M, D] array or None.
+        span_weight: optional function (head, distance) -> multiplier applied
+            to the softmax weights, which are then renormalised.
+        renorm_eps: epsilon added to the renormalisation denominator.
+
+    Returns:
+        float64 [B, T, D].
+    """
+    w = {v.path.split("/")[-1]: np.asarray(v.numpy(), np.float64) for v in layer.weights}
+    x = np.asarray(x, np.float64)
+    mem = np.zeros((x.shape[0], 0, x.shape[2])) if mem is None else np.asarray(mem, np.float64)
+    batch, qlen, width = x.shape
+    mlen = mem.shape[1]
+    eps = layer.layer_norm_epsilon
+    keys = np.concatenate([mem, x], axis=1)
+    if layer.pre_norm:
+        keys = layer_norm(keys, w["gamma"], w["beta"], eps)
+    queries = keys[:, mlen:]
+    out = np.zeros_like(x)
+    for b in range(batch):
+        for i in range(qlen):
+            attn = np.zeros(width)
+            for n in range(layer.num_heads):
+                q = queries[b, i] @ w["query_kernel"][:, n]
+                scores, values = [], []
+                for j in range(mlen + i + 1):  # causal: keys up to absolute position M + i
+                    distance = mlen + i - j
+                    if layer.clamp_len >= 0:
+                        distance = min(distance, layer.clamp_len)
+                    k = keys[b, j] @ w["key_kernel"][:, n]
+                    r = sinusoid(distance, width) @ w["position_kernel"][:, n]
+                    score = (q + w["content_bias"][n]) @ k + (q + w["position_bias"][n]) @ r
+                    scores.append(score / math.sqrt(layer.d_head))
+                    values.append(keys[b, j] @ w["value_kernel"][:, n])
+                p = np.exp(np.array(scores) - max(scores))
+                p /= p.sum()
+                if span_weight is not None:
+                    p = p * np.array([span_weight(n, mlen + i - j) for j in range(len(p))])
+                    p /= p.sum() + renorm_eps
+                attn += (p @ np.array(values)) @ w["output_kernel"][n]
+            out[b, i] = x[b, i] + attn
+    if not layer.pre_norm:
+        out = layer_norm(out, w["gamma"], w["beta"], eps)
+    return out
+
+
+def random_inputs(batch=2, qlen=3, mlen=4, seed=1):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(batch, qlen, D)).astype("float32")
+    mem = rng.normal(size=(batch, mlen, D)).astype("float32")
+    return x, mem
+
+
+def test_positional_encoding_matches_formula():
+    for clamp_len in (-1, 0, 3):
+        got = relative_positional_encoding(6, D, clamp_len).numpy()
+        for k in range(6):
+            position = 5 - k if clamp_len < 0 else min(5 - k, clamp_len)
+            np.testing.assert_allclose(got[k], sinusoid(position, D), atol=1e-6)
+
+
+@pytest.mark.parametrize("qlen,klen", [(3, 7), (4, 4), (1, 5)])
+def test_rel_shift_matches_double_loop(qlen, klen):
+    x = np.random.default_rng(0).normal(size=(2, 3, qlen, klen)).astype("float32")
+    got = rel_shift(tf.constant(x)).numpy()
+    assert got.shape == x.shape
+    mlen = klen - qlen
+    for i in range(qlen):
+        for j in range(mlen + i + 1):
+            # Row c of the position scores holds distance klen - 1 - c; key j is at distance M + i - j.
+            c = klen - 1 - (mlen + i - j)
+            np.testing.assert_array_equal(got[..., i, j], x[..., i, c])
+
+
+@pytest.mark.parametrize(
+    "mlen,overrides",
+    [
+        (None, {}),
+        (0, {}),
+        (4, {}),
+        (4, {"clamp_len": 2}),
+        (4, {"pre_norm": True}),
+        (5, {"pre_norm": True, "clamp_len": 0}),
+    ],
+)
+def test_matches_slow_reference(mlen, overrides):
+    layer = make_layer(**overrides)
+    x, mem = random_inputs(mlen=mlen or 0)
+    mem = None if mlen is None else mem
+    got = layer(x, mem).numpy()
+    np.testing.assert_allclose(got, slow_attention(layer, x, mem), rtol=1e-5, atol=1e-5)
+
+
+def test_position_term_matters_at_test_scale():
+    # Guards the reference itself: the position term must matter at this scale.
+    layer = make_layer()
+    x, mem = random_inputs()
+    expected = slow_attention(layer, x, mem)
+    layer.position_kernel.assign(np.zeros(layer.position_kernel.shape, "float32"))
+    assert np.abs(layer(x, mem).numpy() - expected).max() > 1e-2
+
+
+@pytest.mark.parametrize("pre_norm", [False, True])
+def test_memory_equivalence(pre_norm):
+    layer = make_layer(pre_norm=pre_norm)
+    seg_a, seg_b = random_inputs(qlen=4, mlen=4, seed=3)
+    with_memory = layer(seg_b, seg_a).numpy()
+    one_pass = layer(np.concatenate([seg_a, seg_b], axis=1)).numpy()
+    np.testing.assert_allclose(with_memory, one_pass[:, 4:], rtol=1e-5, atol=1e-5)
+
+
+def test_causal_future_inputs_do_not_leak():
+    layer = make_layer()
+    x, mem = random_inputs(qlen=5)
+    changed = x.copy()
+    changed[:, 3:] += 10.0
+    a, b = layer(x, mem).numpy(), layer(changed, mem).numpy()
+    np.testing.assert_allclose(a[:, :3], b[:, :3], rtol=1e-6, atol=1e-6)
+    assert np.abs(a[:, 3:] - b[:, 3:]).max() > 1e-2
+
+
+def test_dynamic_shapes_in_tf_function():
+    layer = make_layer()
+    spec = tf.TensorSpec([None, None, D], tf.float32)
+    fn = tf.function(lambda x, m: layer(x, m), input_signature=[spec, spec])
+    for qlen, mlen in ((3, 4), (2, 0), (5, 1)):
+        x, mem = random_inputs(qlen=qlen, mlen=mlen)
+        np.testing.assert_allclose(fn(x, mem).numpy(), layer(x, mem).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_dropout_only_when_training():
+    layer = make_layer(dropout=0.3, attn_dropout=0.3)
+    x, mem = random_inputs()
+    np.testing.assert_array_equal(layer(x, mem).numpy(), layer(x, mem, training=False).numpy())
+    assert np.abs(layer(x, mem, training=True).numpy() - layer(x, mem).numpy()).max() > 1e-3
+
+
+def test_config_json_round_trip():
+    layer = make_layer(clamp_len=3, pre_norm=True, dropout=0.1, untie_rel_bias=False, name="attn")
+    config = json.loads(json.dumps(layer.get_config()))
+    clone = RelativeMultiHeadAttention.from_config(config)
+    assert clone.get_config() == layer.get_config()
+    x, mem = random_inputs()
+    clone(x, mem)
+    clone.set_weights(layer.get_weights())
+    np.testing.assert_allclose(clone(x, mem).numpy(), layer(x, mem).numpy(), rtol=1e-6, atol=1e-6)
+
+
+def functional_model(layer, qlen=3, mlen=4):
+    x_in = keras.Input((qlen, D))
+    mem_in = keras.Input((mlen, D))
+    return keras.Model([x_in, mem_in], layer(x_in, mem_in))
+
+
+def test_symbolic_call_and_keras_save_load(tmp_path):
+    layer = make_layer(clamp_len=2)
+    model = functional_model(layer)
+    assert tuple(model.output.shape) == (None, 3, D)
+    assert tuple(layer(keras.Input((5, D))).shape) == (None, 5, D)  # mem=None
+    x, mem = random_inputs()
+    expected = layer(x, mem).numpy()
+    np.testing.assert_allclose(model([x, mem]).numpy(), expected, rtol=1e-6, atol=1e-6)
+    path = tmp_path / "attention.keras"
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    np.testing.assert_allclose(loaded([x, mem]).numpy(), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_fit_step_updates_every_weight():
+    # Random weights: with the 0.02 init the residual dominates and the query
+    # gradient (~1e-10) vanishes in the float32 update.
+    layer = make_layer(dropout=0.1)
+    model = functional_model(layer)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    x, mem = random_inputs()
+    before = [w.numpy().copy() for w in layer.trainable_weights]
+    model.fit([x, mem], np.ones_like(x), epochs=1, batch_size=2, verbose=0)
+    for weight, old in zip(layer.trainable_weights, before):
+        assert np.abs(weight.numpy() - old).max() > 0, weight.path
+
+
+def test_gradients_finite_and_reach_memory():
+    layer = make_layer()
+    x, mem = (tf.constant(a) for a in random_inputs())
+    with tf.GradientTape() as tape:
+        tape.watch(mem)
+        loss = tf.reduce_sum(layer(x, mem) ** 2)
+    grads = tape.gradient(loss, [mem] + layer.trainable_weights)
+    for grad in grads:
+        assert np.all(np.isfinite(grad.numpy()))
+    assert np.abs(grads[0].numpy()).max() > 0
+
+
+def test_mixed_bfloat16_policy():
+    layer = RelativeMultiHeadAttention(D, N, H, dtype="mixed_bfloat16")
+    layer.build((None, None, D))
+    randomize_weights(layer)
+    x, mem = random_inputs()
+    got = layer(x, mem)
+    assert got.dtype == tf.bfloat16
+    assert layer.query_kernel.dtype == "float32"
+    got = got.numpy().astype("float32")
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got, slow_attention(layer, x, mem), atol=0.15)
+
+
+@pytest.mark.parametrize(
+    "kwargs,field",
+    [
+        ({"d_model": 8, "num_heads": 0, "d_head": 4}, "num_heads"),
+        ({"d_model": 7, "num_heads": 1, "d_head": 4}, "d_model"),
+        ({"d_model": 8, "num_heads": 2, "d_head": 4, "dropout": 1.0}, "dropout"),
+        ({"d_model": 8, "num_heads": 2, "d_head": 4, "attn_dropout": -0.1}, "attn_dropout"),
+    ],
+)
+def test_bad_arguments_name_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        RelativeMultiHeadAttention(**kwargs)
+
+
+def test_wrong_input_width_is_reported():
+    with pytest.raises(ValueError, match="d_model"):
+        RelativeMultiHeadAttention(D, N, H)(np.zeros((1, 2, D + 2), "float32"))
+
+
+def test_seeded_initializer_gives_distinct_reproducible_kernels():
+    def build():
+        layer = RelativeMultiHeadAttention(D, N, H, kernel_initializer=keras.initializers.RandomNormal(seed=3))
+        layer.build((None, None, D))
+        return layer
+
+    first, second = build(), build()
+    assert not np.allclose(first.query_kernel.numpy(), first.key_kernel.numpy())
+    np.testing.assert_array_equal(first.query_kernel.numpy(), second.query_kernel.numpy())
