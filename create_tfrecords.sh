@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Get a dataset ready for training: use the raw files in DATA_DIR (downloading
+# them there when absent) and build TFRecords + meta.json.
+#
+#   ./create_tfrecords.sh [dataset] [build_data.py flags...]
+#
+#   dataset   wikitext2 (default) | wikitext2_raw | wikitext103 | wikitext103_raw
+#             | enwik8 | text8 | text (with --train_file/--valid_file/--test_file)
+#   DATA_DIR  raw files (default: data/raw next to this script)
+#   output    data/<dataset> next to this script, unless --output_dir is given
+#
+# Examples:
+#   DATA_DIR=../shared/data ./create_tfrecords.sh
+#   ./create_tfrecords.sh enwik8 --shards=8
+#   ./create_tfrecords.sh wikitext103 --tokenizer=sentencepiece --vocab_size=32000
+# Running it again with the same settings is a no-op; other settings need
+# --overwrite (or another --output_dir).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+DATASET=wikitext2
+if [[ $# -gt 0 && "$1" != -* ]]; then
+  DATASET="$1"
+  shift
+fi
+DATA_DIR="${DATA_DIR:-$ROOT/data/raw}"
+
+args=(--dataset="$DATASET" --data_dir="$DATA_DIR")
+output_given=0
+for arg in "$@"; do
+  case "$arg" in
+    --output_dir|--output_dir=*) output_given=1 ;;
+  esac
+done
+if [[ $output_given -eq 0 ]]; then
+  args+=(--output_dir="$ROOT/data/$DATASET")
+fi
+
+exec "${PYTHON:-python3}" "$ROOT/build_data.py" "${args[@]}" "$@"

@@ -1,0 +1,28 @@
+"""Data pipeline: tokenizers, context batching, TFRecord io, datasets, downloads.
+
+Public facade over the `pardata` package (see docs/interfaces.md, "Data").
+Build a dataset with build_data.py or `build_dataset`, then read it with
+`make_dataset`:
+
+    meta, tokenizer = data_utils.load_built("data/wikitext2")
+    for inputs, targets in data_utils.make_dataset("data/wikitext2", "train"):
+        ...  # int32 [B, T] each, rows continue across batches
+"""
+
+from pardata.build import (DATASET_DEFAULTS, DATASETS, SPLITS, BuildConfig, build_dataset,
+                           resolve_sources)
+from pardata.downloads import SOURCES, DatasetSource, ensure_raw_files
+from pardata.errors import DataError
+from pardata.records import (FORMAT_VERSION, batchify, load_built, load_meta, load_tokenizer,
+                             make_dataset, replica_rows, unigram_counts)
+from pardata.text import SplitSource
+from pardata.tokenizers import (TOKENIZERS, ByteTokenizer, SentencePieceTokenizer, Tokenizer,
+                                WordTokenizer, rank_by_frequency)
+
+__all__ = [
+    "DATASET_DEFAULTS", "DATASETS", "SPLITS", "BuildConfig", "build_dataset", "resolve_sources",
+    "SOURCES", "DatasetSource", "ensure_raw_files", "DataError", "FORMAT_VERSION", "batchify",
+    "load_built", "load_meta", "load_tokenizer", "make_dataset", "replica_rows",
+    "unigram_counts", "SplitSource", "TOKENIZERS", "ByteTokenizer", "SentencePieceTokenizer",
+    "Tokenizer", "WordTokenizer", "rank_by_frequency",
+]

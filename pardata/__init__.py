@@ -1,0 +1,1 @@
+"""Data pipeline internals; the public API is re-exported by data_utils.py."""

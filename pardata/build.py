@@ -1,0 +1,337 @@
+"""Building a dataset: raw text -> tokenizer -> ranked ids -> shards + meta.json.
+
+Nothing is written until every split has been tokenized and checked; files
+are written under temporary names, meta.json last, and everything this build
+created is removed if it fails or is interrupted.
+"""
+
+import dataclasses
+import json
+import os
+import re
+
+import numpy as np
+from absl import logging
+
+from pardata import downloads, tokenizers
+from pardata.errors import DataError
+from pardata.text import Progress, SplitSource, count_words_lines, decode_utf8, iter_chunks
+
+SPLITS = ("train", "valid", "test")
+DATASETS = tuple(downloads.SOURCES) + ("text",)
+META_FILE = "meta.json"
+COUNTS_FILE = "unigram_counts.txt"
+# Defaults per dataset (flags override them). WikiText-2 is the default
+# training run; WikiText-103 and enwik8/text8 follow Transformer-XL base
+# (train batch 60 x 150 and 22 x 512, evaluation batch 10).
+DATASET_DEFAULTS = {
+    "wikitext2": dict(tokenizer="sentencepiece", vocab_size=12000, sp_symbols=("<unk>",),
+                      batch_size=32, eval_batch_size=32, seq_len=32, shards=1),
+    "wikitext2_raw": dict(tokenizer="sentencepiece", vocab_size=12000, batch_size=32,
+                          eval_batch_size=32, seq_len=32, shards=1),
+    "wikitext103": dict(tokenizer="word", sp_symbols=("<unk>",), batch_size=60,
+                        eval_batch_size=10, seq_len=150, shards=8),
+    "wikitext103_raw": dict(tokenizer="sentencepiece", vocab_size=32000, batch_size=60,
+                            eval_batch_size=10, seq_len=150, shards=8),
+    "enwik8": dict(tokenizer="byte", batch_size=22, eval_batch_size=10, seq_len=512, shards=4),
+    "text8": dict(tokenizer="byte", batch_size=22, eval_batch_size=10, seq_len=512, shards=4),
+    "text": dict(tokenizer="word", batch_size=32, eval_batch_size=32, seq_len=32, shards=1),
+}
+_OUR_FILES = re.compile(r"^((train|valid|test)-\d{5}-of-\d{5}\.tfrecord|meta\.json|"
+                        r"unigram_counts\.txt|tokenizer-[\w.-]+)(\.tmp|\.part-\d+)?$")
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildConfig:
+    """What to build; field names are the build_data.py flag names."""
+
+    dataset: str
+    output_dir: str
+    data_dir: str = "data/raw"
+    train_file: str = ""
+    valid_file: str = ""
+    test_file: str = ""
+    tokenizer: str = "word"
+    vocab_size: int = 0
+    min_count: int = 1
+    sp_model: str = ""
+    sp_model_type: str = "unigram"
+    sp_symbols: tuple = ()
+    lowercase: bool = False
+    byte_eos: bool = False
+    batch_size: int = 32
+    eval_batch_size: int = 0
+    seq_len: int = 32
+    shards: int = 1
+    overwrite: bool = False
+    download: bool = True
+
+    def __post_init__(self):
+        object.__setattr__(self, "sp_symbols", tuple(self.sp_symbols))
+        checks = [
+            (self.dataset in DATASETS, f"--dataset must be one of {', '.join(DATASETS)}"),
+            (self.tokenizer in tokenizers.TOKENIZERS,
+             f"--tokenizer must be one of {', '.join(tokenizers.TOKENIZERS)}"),
+            (bool(self.output_dir), "--output_dir must not be empty"),
+            (self.batch_size >= 1, "--batch_size must be >= 1"),
+            (self.eval_batch_size >= 0, "--eval_batch_size must be >= 1 (0: --batch_size)"),
+            (self.seq_len >= 1, "--seq_len must be >= 1"),
+            (self.shards >= 1, "--shards must be >= 1"),
+            (self.vocab_size >= 0, "--vocab_size must be >= 0"),
+            (self.min_count >= 1, "--min_count must be >= 1"),
+            (self.tokenizer != "sentencepiece" or self.sp_model or self.vocab_size > 0,
+             "--tokenizer=sentencepiece needs --vocab_size > 0 or --sp_model"),
+            (self.tokenizer != "byte" or self.vocab_size == 0,
+             "--vocab_size does not apply to --tokenizer=byte (256, 257 with --byte_eos)"),
+            (self.tokenizer != "byte" or not self.lowercase,
+             "--lowercase does not apply to --tokenizer=byte"),
+            (self.tokenizer == "byte" or not self.byte_eos,
+             "--byte_eos needs --tokenizer=byte"),
+            (self.tokenizer == "sentencepiece" or not self.sp_model,
+             "--sp_model needs --tokenizer=sentencepiece"),
+            (self.dataset != "text" or all(self.files()),
+             "--dataset=text needs --train_file, --valid_file and --test_file"),
+            (self.dataset == "text" or not any(self.files()),
+             "--train_file/--valid_file/--test_file need --dataset=text"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise DataError(message)
+
+    @classmethod
+    def for_dataset(cls, dataset: str, **overrides) -> "BuildConfig":
+        """Config with DATASET_DEFAULTS[dataset] under `overrides`."""
+        if dataset not in DATASET_DEFAULTS:
+            raise DataError(f"--dataset must be one of {', '.join(DATASETS)}, got {dataset!r}")
+        values = dict(DATASET_DEFAULTS[dataset], output_dir=os.path.join("data", dataset))
+        if overrides.get("tokenizer", values["tokenizer"]) != values["tokenizer"] or \
+                overrides.get("sp_model"):
+            values.pop("vocab_size", None)  # the default size was for another tokenizer
+        values.update(overrides)
+        return cls(dataset=dataset, **values)
+
+    def files(self) -> tuple:
+        return (self.train_file, self.valid_file, self.test_file)
+
+    def batch_size_for(self, split: str) -> int:
+        return self.batch_size if split == "train" else (self.eval_batch_size or self.batch_size)
+
+    def fingerprint(self, sources: dict) -> dict:
+        """What makes two builds the same (paths of raw files excluded)."""
+        fields = dataclasses.asdict(self)
+        for key in ("output_dir", "data_dir", "overwrite", "download", "train_file",
+                    "valid_file", "test_file"):
+            fields.pop(key)
+        fields["sp_symbols"] = list(self.sp_symbols)
+        fields["sources"] = {s: [os.path.basename(src.path), src.start, src.stop, src.size()]
+                             for s, src in sources.items()}
+        return fields
+
+
+def resolve_sources(config: BuildConfig, sources=downloads.SOURCES) -> dict:
+    """split -> SplitSource, downloading named datasets when absent."""
+    if config.dataset == "text":
+        found = {s: SplitSource(f, flag=f"--{s}_file") for s, f in zip(SPLITS, config.files())}
+    else:
+        found = downloads.ensure_raw_files(config.dataset, config.data_dir,
+                                           download_missing=config.download, sources=sources)
+    for source in found.values():
+        source.size()  # missing or empty -> DataError now, before any work
+    return found
+
+
+def _texts(source: SplitSource):
+    for offset, data in iter_chunks(source):
+        yield decode_utf8(data, offset, source)
+
+
+def _lines(source: SplitSource):
+    for text in _texts(source):
+        yield from text.split("\n")
+
+
+def train_tokenizer(config: BuildConfig, train: SplitSource) -> tokenizers.Tokenizer:
+    """The tokenizer in base order (ranking comes from the encoded stream)."""
+    progress = Progress(f"training {config.tokenizer} tokenizer", train.size())
+    logging.info("training %s tokenizer on %s", config.tokenizer, train.describe())
+    if config.tokenizer == "word":
+        tok = tokenizers.WordTokenizer.train(_texts(train), lowercase=config.lowercase,
+                                             min_count=config.min_count,
+                                             max_vocab=config.vocab_size)
+    elif config.tokenizer == "sentencepiece" and config.sp_model:
+        tok = tokenizers.SentencePieceTokenizer.from_file(config.sp_model, config.lowercase)
+        if config.vocab_size and config.vocab_size != tok.vocab_size:
+            raise DataError(f"--vocab_size={config.vocab_size} but --sp_model "
+                            f"{config.sp_model} has {tok.vocab_size} pieces; drop --vocab_size")
+    elif config.tokenizer == "sentencepiece":
+        tok = tokenizers.SentencePieceTokenizer.train(
+            _lines(train), config.vocab_size, model_type=config.sp_model_type,
+            lowercase=config.lowercase, symbols=config.sp_symbols)
+    else:
+        tok = tokenizers.ByteTokenizer(eos=config.byte_eos)
+    progress.finish(f"{tok.vocab_size} ids")
+    return tok
+
+
+def encode_split(tok: tokenizers.Tokenizer, source: SplitSource, split: str,
+                 base: bool = False) -> tuple[np.ndarray, dict]:
+    """Ids of a split and its source statistics.
+
+    Returns:
+        (int array [L] of ranked ids, or base ids if `base`;
+         {"ids", "words", "lines", "bytes"}).
+    """
+    total = source.size()
+    progress = Progress(f"tokenizing {split}", total)
+    parts, words, lines = [], 0, 0
+    byte_level = isinstance(tok, tokenizers.ByteTokenizer)
+    for offset, data in iter_chunks(source, align_lines=not byte_level):
+        w, n = count_words_lines(data, at_end=offset + len(data) == total)
+        words, lines = words + w, lines + n
+        if byte_level:
+            ids = tok.encode_bytes_base(data)
+        else:
+            ids = tok.encode_base(decode_utf8(data, offset, source))
+        parts.append(ids if base else tok.to_ranked(ids))
+        progress.update(offset + len(data))
+    ids = np.concatenate(parts) if parts else np.zeros([0], np.int64)
+    progress.finish(f"{len(ids)} ids")
+    # Words count one per line too (as <eos> does), so word-level perplexity
+    # normalises by the usual WikiText token counts.
+    return ids, {"ids": int(len(ids)), "words": words + lines, "lines": lines, "bytes": total}
+
+
+def _check_output(config: BuildConfig, fingerprint: dict) -> dict | None:
+    """The existing meta if it is this very build; raises if it is another one."""
+    meta_path = os.path.join(config.output_dir, META_FILE)
+    if not os.path.isfile(meta_path):
+        return None
+    try:
+        with open(meta_path, encoding="utf-8") as f:
+            existing = json.load(f)
+    except (OSError, ValueError):
+        existing = {}
+    if config.overwrite:
+        return None
+    if existing.get("build") == fingerprint:
+        return existing
+    tok = existing.get("tokenizer", {}).get("kind")
+    raise DataError(
+        f"--output_dir={config.output_dir} already holds a different build (dataset="
+        f"{existing.get('dataset')}, tokenizer={tok}, batch_size={existing.get('batch_size')}, "
+        f"seq_len={existing.get('seq_len')}); pass --overwrite to replace it or choose "
+        "another --output_dir")
+
+
+def _clear_output(directory: str) -> None:
+    """Removes a previous (or incomplete) build's files; others are left alone."""
+    os.makedirs(directory, exist_ok=True)
+    meta_path = os.path.join(directory, META_FILE)
+    if os.path.exists(meta_path):
+        os.remove(meta_path)  # first, so an interrupted rebuild never looks complete
+    ours = [f for f in os.listdir(directory) if _OUR_FILES.match(f)]
+    if ours:
+        logging.info("removing %d files of the previous build in %s", len(ours), directory)
+    for name in ours:
+        os.remove(os.path.join(directory, name))
+
+
+def build_dataset(config: BuildConfig, *, sources=downloads.SOURCES) -> dict:
+    """Builds (or finds up to date) the dataset described by `config`.
+
+    Returns:
+        The meta.json contents; meta["up_to_date"] is True if an identical
+        build was already there and nothing was done.
+    """
+    found = resolve_sources(config, sources)
+    fingerprint = config.fingerprint(found)
+    if _check_output(config, fingerprint) is not None:
+        from pardata import records
+        try:
+            meta = records.load_meta(config.output_dir)
+            for split in SPLITS:
+                records.check_shards(config.output_dir, split, meta["splits"][split],
+                                     verify=False)
+            logging.info("%s already holds this build; nothing to do", config.output_dir)
+            return dict(meta, up_to_date=True)
+        except (DataError, KeyError) as e:
+            logging.warning("the build in %s is damaged (%s); rebuilding it",
+                            config.output_dir, e)
+
+    tok = train_tokenizer(config, found["train"])
+    base_ids, train_stats = encode_split(tok, found["train"], "train", base=True)
+    tok.set_order(tokenizers.rank_by_frequency(base_ids, tok.base_vocab_size))
+    ids = {"train": tok.to_ranked(base_ids)}
+    del base_ids
+    stats = {"train": train_stats}
+    for split in SPLITS[1:]:
+        ids[split], stats[split] = encode_split(tok, found[split], split)
+    # Imported here so that flag and input errors are reported without the
+    # seconds it takes to import TensorFlow.
+    from pardata import records
+    batched = {}
+    for split in SPLITS:
+        batch = config.batch_size_for(split)
+        rows, count, dropped = records.batchify(ids[split], batch, config.seq_len)
+        if count < 1:
+            flag = "--batch_size" if split == "train" else "--eval_batch_size"
+            raise DataError(
+                f"split {split} ({found[split].describe()}) has {len(ids[split])} ids, too "
+                f"few for one record of {batch} x {config.seq_len + 1} ids; lower {flag} "
+                "or --seq_len")
+        batched[split] = (rows, count, dropped)
+
+    # Every check has passed: only now is a previous build replaced.
+    _clear_output(config.output_dir)
+    created = []
+    try:
+        return _write(config, tok, ids["train"], stats, batched, fingerprint, created)
+    except BaseException:
+        for path in reversed(created):
+            if os.path.exists(path):
+                os.remove(path)
+        raise
+
+
+def _write(config, tok, train_ids, stats, batched, fingerprint, created) -> dict:
+    """Writes tokenizer, counts, shards and (last) meta.json; returns meta."""
+    from pardata import records
+    tok_info = _save_tokenizer(tok, config, created)
+    counts_path = os.path.join(config.output_dir, COUNTS_FILE)
+    created.append(counts_path)
+    np.savetxt(counts_path, np.bincount(train_ids, minlength=tok.vocab_size), fmt="%d")
+    splits = {}
+    for split in SPLITS:
+        rows, count, dropped = batched[split]
+        shard_info = records.write_split(config.output_dir, split, rows, count,
+                                         config.seq_len, config.shards, created)
+        splits[split] = dict(stats[split], records=count, dropped_ids=dropped,
+                             batch_size=config.batch_size_for(split), **shard_info)
+    meta = {
+        "format_version": records.FORMAT_VERSION, "dataset": config.dataset,
+        "tokenizer": tok_info, "vocab_size": tok.vocab_size,
+        "reserved_ids": tok.reserved_ids(), "eos_id": tok.eos_id,
+        "batch_size": config.batch_size, "eval_batch_size": config.batch_size_for("valid"),
+        "seq_len": config.seq_len, "splits": splits, "unigram_counts_file": COUNTS_FILE,
+        "build": fingerprint,
+    }
+    records.write_json(os.path.join(config.output_dir, META_FILE), meta, created)
+    return meta
+
+
+def _save_tokenizer(tok: tokenizers.Tokenizer, config: BuildConfig, created: list) -> dict:
+    before = set(os.listdir(config.output_dir))
+    try:
+        info = tok.save(config.output_dir)
+    finally:
+        created.extend(os.path.join(config.output_dir, f)
+                       for f in set(os.listdir(config.output_dir)) - before)
+    if config.tokenizer == "sentencepiece":
+        if config.sp_model:
+            info.update(source_model=config.sp_model)
+        else:
+            info.update(model_type=config.sp_model_type, symbols=list(config.sp_symbols))
+    if config.tokenizer == "word":
+        info.update(min_count=config.min_count, max_vocab=config.vocab_size)
+    return info
+

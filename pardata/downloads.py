@@ -1,0 +1,278 @@
+"""Named datasets: where their raw files live, and downloading them.
+
+Layout under the raw data directory (that of the official archives):
+`wikitext-2/wiki.{train,valid,test}.tokens`, `wikitext-2-raw/wiki.*.raw`, the
+same for `wikitext-103[-raw]`, `enwik8/enwik8` and `text8/text8` (the last two
+split 90M/5M/5M bytes as in Transformer-XL). Present files are used (and
+checked where a checksum is known); missing ones are extracted from the
+archive, which is downloaded first if absent. The tables are injectable so
+tests can serve archives from a local server.
+"""
+
+import dataclasses
+import hashlib
+import os
+import time
+import types
+import urllib.error
+import urllib.request
+import zipfile
+
+from absl import logging
+
+from pardata.errors import DataError
+from pardata.text import SplitSource
+
+USER_AGENT = "par-transformer-data/1.0 (+python urllib)"
+_M = 1_000_000
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetSource:
+    """Where a named dataset comes from.
+
+    Attributes:
+        directory: sub-directory of the raw data dir holding the files.
+        archive: archive file name (looked for in the raw data dir and in
+            `directory`, downloaded into the raw data dir).
+        urls: download URLs, tried in order (mirrors).
+        archive_checksum: "sha256:<hex>" / "md5:<hex>" / "sha1:<hex>" or "".
+        members: file name in `directory` -> member path in the archive.
+        file_checksums: file name -> checksum of the extracted file.
+        splits: split -> (file name, first byte, stop byte or None).
+    """
+
+    directory: str
+    archive: str
+    urls: tuple
+    archive_checksum: str
+    members: types.MappingProxyType
+    file_checksums: types.MappingProxyType
+    splits: types.MappingProxyType
+
+
+def _wikitext(directory, archive, ext, archive_sha256, file_sha256=None):
+    files = {s: f"wiki.{s}.{ext}" for s in ("train", "valid", "test")}
+    return DatasetSource(
+        directory=directory, archive=archive,
+        urls=(f"https://wikitext.smerity.com/{archive}",
+              f"https://s3.amazonaws.com/research.metamind.io/wikitext/{archive}"),
+        archive_checksum=f"sha256:{archive_sha256}",
+        members=types.MappingProxyType({f: f"{directory}/{f}" for f in files.values()}),
+        file_checksums=types.MappingProxyType(
+            {files[s]: f"sha256:{h}" for s, h in (file_sha256 or {}).items()}),
+        splits=types.MappingProxyType({s: (f, 0, None) for s, f in files.items()}))
+
+
+def _hutter(name, checksum, file_checksum):
+    return DatasetSource(
+        directory=name, archive=f"{name}.zip", urls=(f"http://mattmahoney.net/dc/{name}.zip",),
+        archive_checksum=checksum, members=types.MappingProxyType({name: name}),
+        file_checksums=types.MappingProxyType({name: file_checksum}),
+        splits=types.MappingProxyType({"train": (name, 0, 90 * _M),
+                                       "valid": (name, 90 * _M, 95 * _M),
+                                       "test": (name, 95 * _M, 100 * _M)}))
+
+
+# Archive checksums: Hugging Face `datasets` (wikitext, enwik8
+# dataset_infos.json) and GluonNLP (text8, sha1). File checksums: the WikiText-2
+# copy in ../shared/data (SOURCES.md), enwik8's published md5, GluonNLP's text8.
+SOURCES = types.MappingProxyType({
+    "wikitext2": _wikitext(
+        "wikitext-2", "wikitext-2-v1.zip", "tokens",
+        "92675f1d63015c1c8b51f1656a52d5bdbc33aafa60cc47a218a66e7ee817488c",
+        {"train": "9e9fa1ad55b1c2c95b08e37dd8e653f638fac2c6de904b79e813611eefbc985f",
+         "valid": "f0737ed31fc1329026e95cb8b98e19c2a182c39c240ab909dc31abf2f8af58e8",
+         "test": "d790b833ef8cf03a90db7bf1271b7520b83c45ce07ba3c1a9699df81e239eca0"}),
+    "wikitext2_raw": _wikitext(
+        "wikitext-2-raw", "wikitext-2-raw-v1.zip", "raw",
+        "ef7edb566e3e2b2d31b29c1fdb0c89a4cc683597484c3dc2517919c615435a11",
+        {"valid": "4cd0f6876d07a413aa911261ff6d363c72d757d47f0fdd6015702014c89cb9c7",
+         "test": "173c87a53759e0201f33e0ccf978e510c2042d7f2cb78229d9a50d79b9e7dd08"}),
+    "wikitext103": _wikitext(
+        "wikitext-103", "wikitext-103-v1.zip", "tokens",
+        "242ba0f20b329cfdf1ccc61e9e9e5b59becf189db7f7a81cd2a0e2fc31539590"),
+    "wikitext103_raw": _wikitext(
+        "wikitext-103-raw", "wikitext-103-raw-v1.zip", "raw",
+        "91c00ae287f0d699e18605c84afc9e45c192bc6b7797ff8837e5474655a33794"),
+    "enwik8": _hutter(
+        "enwik8", "sha256:547994d9980ebed1288380d652999f38a14fe291a6247c157c3d33d4932534bc",
+        "md5:a1fa5ffddb56f4953e226637dabbb36a"),
+    "text8": _hutter(
+        "text8", "sha1:6c70299b93b7e1f927b42cd8f6ac1a31547c7a2e",
+        "sha1:0dc3edebc970dcc96137e7deda4d9995af9d93de"),
+})
+
+
+def file_checksum(path: str, algorithm: str) -> str:
+    """Hex digest of a file with a hashlib algorithm ("sha256", "md5", "sha1")."""
+    digest = hashlib.new(algorithm)
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def checksum_ok(path: str, expected: str) -> tuple[bool, str]:
+    """(matches, actual "algo:hex"); an empty `expected` always matches."""
+    if not expected:
+        return True, ""
+    algorithm, _, hexdigest = expected.partition(":")
+    actual = file_checksum(path, algorithm)
+    return actual == hexdigest.lower(), f"{algorithm}:{actual}"
+
+
+def download(urls, dest: str, checksum: str, timeout: float = 60.0) -> None:
+    """Downloads the first URL that works into `dest`, verifying the checksum.
+
+    The file is written under a temporary name and renamed when verified; a
+    corrupt download is removed and the next mirror tried.
+
+    Raises:
+        DataError: no URL worked (names every URL and error, and how to place
+            the file by hand) or every download failed the checksum.
+    """
+    temp = f"{dest}.part-{os.getpid()}"
+    try:
+        os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
+        open(temp, "wb").close()
+    except OSError as e:
+        raise DataError(f"cannot write {dest} ({e.strerror}); set DATA_DIR (or "
+                        "--data_dir) to a writable directory") from None
+    failures = []
+    for url in urls:
+        logging.info("downloading %s -> %s", url, dest)
+        try:
+            _fetch(url, temp, timeout)
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            reason = getattr(e, "reason", None) or e
+            failures.append(f"{url}: {reason}")
+            _remove(temp)
+            continue
+        except BaseException:
+            _remove(temp)
+            raise
+        ok, actual = checksum_ok(temp, checksum)
+        if ok:
+            os.replace(temp, dest)
+            return
+        _remove(temp)
+        failures.append(f"{url}: checksum mismatch (got {actual}, expected {checksum}); "
+                        "the corrupt file was removed")
+    if all("checksum mismatch" not in f for f in failures):
+        raise DataError(
+            f"could not download {os.path.basename(dest)} (no network?): "
+            + "; ".join(failures)
+            + f". Download it by hand from {urls[0]} and put it at {dest}, then rerun.")
+    raise DataError(f"download of {os.path.basename(dest)} failed verification: "
+                    + "; ".join(failures))
+
+
+def _fetch(url: str, temp: str, timeout: float) -> None:
+    """Streams `url` into `temp`, logging progress every few seconds."""
+    request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
+    with urllib.request.urlopen(request, timeout=timeout) as response, open(temp, "wb") as out:
+        total = int(response.headers.get("Content-Length") or 0)
+        done, last = 0, time.monotonic()
+        for block in iter(lambda: response.read(1 << 20), b""):
+            out.write(block)
+            done += len(block)
+            if time.monotonic() - last > 5:
+                last = time.monotonic()
+                logging.info("downloaded %.1f/%.1f MB", done / 1e6, total / 1e6)
+        if total and done != total:
+            raise OSError(f"connection closed after {done} of {total} bytes")
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
+def _extract(archive: str, member: str, dest: str, checksum: str) -> None:
+    """Extracts one member to `dest` via a temporary name, checking it."""
+    temp = f"{dest}.part-{os.getpid()}"
+    try:
+        with zipfile.ZipFile(archive) as z, z.open(member) as src, open(temp, "wb") as out:
+            for block in iter(lambda: src.read(1 << 22), b""):
+                out.write(block)
+    except KeyError:
+        _remove(temp)
+        raise DataError(f"archive {archive} has no member {member}; delete it so it is "
+                        "downloaded again") from None
+    except (zipfile.BadZipFile, OSError) as e:
+        _remove(temp)
+        raise DataError(f"cannot extract {member} from {archive} ({e}); delete the "
+                        "archive so it is downloaded again") from None
+    except BaseException:
+        _remove(temp)
+        raise
+    ok, actual = checksum_ok(temp, checksum)
+    if not ok:
+        _remove(temp)
+        raise DataError(f"{member} extracted from {archive} has {actual}, expected "
+                        f"{checksum}; delete the archive so it is downloaded again")
+    os.replace(temp, dest)
+
+
+def ensure_raw_files(dataset: str, data_dir: str, *, download_missing: bool = True,
+                     sources=SOURCES, timeout: float = 60.0) -> dict:
+    """Makes sure a named dataset's raw files are in `data_dir`.
+
+    Args:
+        dataset: a key of `sources`.
+        data_dir: raw data directory.
+        download_missing: download the archive if files and archive are absent.
+        sources: the dataset table (tests pass their own).
+        timeout: seconds per network operation.
+
+    Returns:
+        split -> SplitSource.
+    """
+    if dataset not in sources:
+        raise DataError(f"--dataset={dataset!r} is not known; choose one of "
+                        f"{', '.join(sorted(sources))} or text")
+    spec = sources[dataset]
+    directory = os.path.join(data_dir, spec.directory)
+    needed = list(dict.fromkeys(f for f, _, _ in spec.splits.values()))
+    missing = [f for f in needed if not os.path.isfile(os.path.join(directory, f))]
+    for name in needed:
+        if name in missing:
+            continue
+        path = os.path.join(directory, name)
+        ok, actual = checksum_ok(path, spec.file_checksums.get(name, ""))
+        if not ok:
+            raise DataError(f"{path} has {actual}, expected {spec.file_checksums[name]}: it "
+                            "is not the official file. Delete it to download it again, or "
+                            "build it with --dataset=text and --train_file/--valid_file/"
+                            "--test_file")
+    if missing:
+        archive = _find_archive(spec, data_dir, directory)
+        if archive is None:
+            archive = os.path.join(data_dir, spec.archive)
+            if not download_missing:
+                raise DataError(f"{os.path.join(directory, missing[0])} is missing; put the "
+                                f"files there or the archive at {archive}, or allow downloads "
+                                "(drop --nodownload)")
+            download(spec.urls, archive, spec.archive_checksum, timeout)
+        else:
+            ok, actual = checksum_ok(archive, spec.archive_checksum)
+            if not ok:
+                raise DataError(f"{archive} has {actual}, expected {spec.archive_checksum}; "
+                                "delete it so it is downloaded again")
+        os.makedirs(directory, exist_ok=True)
+        for name in missing:
+            logging.info("extracting %s from %s", name, archive)
+            _extract(archive, spec.members[name], os.path.join(directory, name),
+                     spec.file_checksums.get(name, ""))
+    return {split: SplitSource(os.path.join(directory, f), start, stop, flag="--data_dir")
+            for split, (f, start, stop) in spec.splits.items()}
+
+
+def _find_archive(spec: DatasetSource, data_dir: str, directory: str) -> str | None:
+    for path in (os.path.join(data_dir, spec.archive), os.path.join(directory, spec.archive)):
+        if os.path.isfile(path):
+            return path
+    return None

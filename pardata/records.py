@@ -1,0 +1,302 @@
+"""Context batching, TFRecord shards, meta.json, and reading them back.
+
+Sizes: B batch (rows), T segment length, R records of a split, L ids.
+
+A split's id stream is cut into B contiguous rows of R*T + 1 ids, where
+R = (L // B - 1) // T; record t holds columns [t*T, t*T + T] of every row, so
+row b of record t+1 continues row b of record t (the last column of one record
+is the first of the next: inputs [:, :T], targets [:, 1:]). The ids after
+B*(R*T + 1) are dropped; they are one contiguous tail of the stream and
+counted in meta as `dropped_ids`. (DESIGN.md cuts rows of L // B ids; this
+drops exactly as many ids, but from the end only, so the records read row by
+row reproduce a prefix of the stream.)
+"""
+
+import hashlib
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from pardata import tokenizers
+from pardata.errors import DataError
+from pardata.text import Progress
+
+FORMAT_VERSION = 1
+META_FILE = "meta.json"
+COUNTS_FILE = "unigram_counts.txt"
+SPLITS = ("train", "valid", "test")
+_META_KEYS = ("format_version", "dataset", "tokenizer", "vocab_size", "reserved_ids",
+              "batch_size", "seq_len", "splits", "unigram_counts_file")
+_SPLIT_KEYS = ("ids", "records", "dropped_ids", "words", "bytes", "batch_size",
+               "shards", "shard_records", "shard_bytes", "shard_sha256")
+
+
+def batchify(ids: np.ndarray, batch_size: int, seq_len: int) -> tuple[np.ndarray, int, int]:
+    """Cuts a stream into B rows for context batching.
+
+    Args:
+        ids: int array [L].
+        batch_size: B.
+        seq_len: T.
+
+    Returns:
+        (rows [B, R*T + 1] view of ids, R records, dropped ids); R may be 0.
+    """
+    if batch_size < 1 or seq_len < 1:
+        raise DataError(f"--batch_size ({batch_size}) and --seq_len ({seq_len}) must be >= 1")
+    n = len(ids) // batch_size
+    records = max(n - 1, 0) // seq_len
+    width = records * seq_len + 1 if records else 0
+    rows = ids[:batch_size * width].reshape(batch_size, width)
+    return rows, records, len(ids) - batch_size * width
+
+
+def shard_name(split: str, index: int, count: int) -> str:
+    """`{split}-{index:05d}-of-{count:05d}.tfrecord`."""
+    return f"{split}-{index:05d}-of-{count:05d}.tfrecord"
+
+
+def serialize_record(ids: np.ndarray) -> bytes:
+    """One tf.train.Example with int64 feature `ids` (row-major [B, T+1])."""
+    feature = tf.train.Feature(int64_list=tf.train.Int64List(value=ids.ravel().tolist()))
+    return tf.train.Example(
+        features=tf.train.Features(feature={"ids": feature})).SerializeToString()
+
+
+def file_sha256(path: str) -> str:
+    """Hex sha256 of a file, read in blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_split(directory: str, split: str, rows: np.ndarray, records: int, seq_len: int,
+                shards: int, created: list) -> dict:
+    """Writes the records of one split in time order into shard files.
+
+    Each shard is written under a temporary name and renamed when complete.
+
+    Args:
+        directory: output directory.
+        split: split name.
+        rows: [B, R*T + 1] from batchify.
+        records: R >= 1.
+        seq_len: T.
+        shards: wanted number of files (at most R are written).
+        created: every path this call creates is appended (for cleanup).
+
+    Returns:
+        The shard part of meta["splits"][split].
+    """
+    count = min(shards, records)
+    sizes = [records // count + (i < records % count) for i in range(count)]
+    info = {"shards": [], "shard_records": sizes, "shard_bytes": [], "shard_sha256": []}
+    progress = Progress(f"writing {split}", records, unit="records")
+    t = 0
+    for i, size in enumerate(sizes):
+        name = shard_name(split, i, count)
+        final = os.path.join(directory, name)
+        temp = final + ".tmp"
+        created.append(temp)
+        with tf.io.TFRecordWriter(temp) as writer:
+            for _ in range(size):
+                writer.write(serialize_record(rows[:, t * seq_len:(t + 1) * seq_len + 1]))
+                t += 1
+                progress.update(t)
+        info["shard_bytes"].append(os.path.getsize(temp))
+        info["shard_sha256"].append(file_sha256(temp))
+        created.append(final)
+        os.replace(temp, final)
+        info["shards"].append(name)
+    progress.finish(f"{records} records in {count} shard(s)")
+    return info
+
+
+def write_json(path: str, obj: dict, created: list) -> None:
+    """Writes JSON atomically (temporary name, then rename)."""
+    temp = path + ".tmp"
+    created.append(temp)
+    with open(temp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    created.append(path)
+    os.replace(temp, path)
+
+
+def load_meta(data_dir: str) -> dict:
+    """Reads and checks `data_dir/meta.json`.
+
+    Raises:
+        DataError: missing, unreadable or incomplete meta.json.
+    """
+    path = os.path.join(data_dir, META_FILE)
+    if not os.path.isfile(path):
+        raise DataError(f"{path} not found: {data_dir} holds no complete build; run "
+                        f"./create_tfrecords.sh or build_data.py --output_dir={data_dir}")
+    try:
+        with open(path, encoding="utf-8") as f:
+            meta = json.load(f)
+    except (OSError, ValueError) as e:
+        raise DataError(f"cannot read {path} ({e}); rebuild with build_data.py --overwrite") from None
+    missing = [k for k in _META_KEYS if k not in meta]
+    for split, info in meta.get("splits", {}).items():
+        missing += [f"splits.{split}.{k}" for k in _SPLIT_KEYS if k not in info]
+    if missing:
+        raise DataError(f"{path} is incomplete (missing {', '.join(missing)}); rebuild "
+                        "with build_data.py --overwrite")
+    if meta["format_version"] != FORMAT_VERSION:
+        raise DataError(f"{path} has format_version {meta['format_version']}, this code "
+                        f"reads {FORMAT_VERSION}; rebuild with build_data.py --overwrite")
+    return meta
+
+
+def load_tokenizer(data_dir: str, meta: dict | None = None) -> tokenizers.Tokenizer:
+    """The tokenizer saved next to the data, checked against meta.json."""
+    meta = load_meta(data_dir) if meta is None else meta
+    tok = tokenizers.load_tokenizer_files(data_dir, meta["tokenizer"])
+    if tok.vocab_size != meta["vocab_size"]:
+        files = ", ".join(meta["tokenizer"].get("files", []))
+        raise DataError(f"{os.path.join(data_dir, META_FILE)} says vocab_size "
+                        f"{meta['vocab_size']} but the tokenizer files ({files}) hold "
+                        f"{tok.vocab_size} ids; rebuild with build_data.py --overwrite")
+    return tok
+
+
+def load_built(data_dir: str) -> tuple[dict, tokenizers.Tokenizer]:
+    """(meta, tokenizer) of a built directory."""
+    meta = load_meta(data_dir)
+    return meta, load_tokenizer(data_dir, meta)
+
+
+def unigram_counts(data_dir: str, meta: dict | None = None) -> np.ndarray:
+    """Training counts by id, int64 [V] (descending by construction)."""
+    meta = load_meta(data_dir) if meta is None else meta
+    path = os.path.join(data_dir, meta["unigram_counts_file"])
+    try:
+        counts = np.atleast_1d(np.loadtxt(path, dtype=np.int64))
+    except (OSError, ValueError) as e:
+        raise DataError(f"cannot read {path} ({e}); rebuild with build_data.py --overwrite") from None
+    if counts.shape != (meta["vocab_size"],):
+        raise DataError(f"{path} has {counts.size} counts but vocab_size is "
+                        f"{meta['vocab_size']}; rebuild with build_data.py --overwrite")
+    return counts
+
+
+def replica_rows(batch_size: int, num_replicas: int, replica_id: int) -> tuple[int, int]:
+    """Rows `[start, stop)` that replica `replica_id` always receives."""
+    if num_replicas < 1 or not 0 <= replica_id < num_replicas:
+        raise ValueError(f"replica_id must be in [0, {num_replicas}), got {replica_id}")
+    if batch_size % num_replicas:
+        raise DataError(f"batch size {batch_size} is not divisible by {num_replicas} "
+                        "replicas; rebuild the data with --batch_size (or "
+                        "--eval_batch_size) a multiple of the number of replicas")
+    per = batch_size // num_replicas
+    return replica_id * per, (replica_id + 1) * per
+
+
+def split_info(meta: dict, split: str) -> dict:
+    """meta["splits"][split], or a DataError listing the splits there are."""
+    if split not in meta["splits"]:
+        raise DataError(f"unknown split {split!r}; this build has {sorted(meta['splits'])}")
+    return meta["splits"][split]
+
+
+def check_shards(data_dir: str, split: str, info: dict, verify: bool = True) -> list[str]:
+    """Paths of a split's shards after checking them against meta.json.
+
+    Args:
+        data_dir: built directory.
+        split: split name.
+        info: meta["splits"][split].
+        verify: also compare sha256 (reads every byte once); size is always
+            checked.
+
+    Returns:
+        Shard paths in time order.
+    """
+    lists = [info[k] for k in ("shards", "shard_records", "shard_bytes", "shard_sha256")]
+    if len({len(x) for x in lists}) != 1 or sum(info["shard_records"]) != info["records"]:
+        raise DataError(f"{data_dir}/meta.json: the shard lists of split {split} disagree; "
+                        "rebuild with build_data.py --overwrite")
+    paths = []
+    for name, size, digest in zip(info["shards"], info["shard_bytes"], info["shard_sha256"]):
+        path = os.path.join(data_dir, name)
+        fix = "rebuild with build_data.py --overwrite"
+        if not os.path.isfile(path):
+            raise DataError(f"shard {path} is missing ({len(info['shards'])} shards listed "
+                            f"in meta.json for {split}); {fix}")
+        actual = os.path.getsize(path)
+        if actual != size:
+            raise DataError(f"shard {path} is truncated or modified ({actual} bytes, "
+                            f"expected {size}); {fix}")
+        if verify and file_sha256(path) != digest:
+            raise DataError(f"shard {path} is corrupted (sha256 differs from meta.json); {fix}")
+        paths.append(path)
+    return paths
+
+
+def make_dataset(data_dir: str, split: str, *, meta: dict | None = None, num_replicas: int = 1,
+                 replica_id: int | None = None, skip_records: int = 0, repeat: bool = False,
+                 prefetch: bool = True, verify: bool = True) -> tf.data.Dataset:
+    """Batches of a split in exact stream order (never shuffled).
+
+    With tf.distribute, either pass the global batches to
+    `strategy.experimental_distribute_dataset` (it gives replica r the
+    contiguous rows replica_rows(B, R, r)), or build one dataset per replica
+    with `replica_id`.
+
+    Args:
+        data_dir: built directory.
+        split: "train", "valid" or "test".
+        meta: meta.json contents (read if None).
+        num_replicas: R; the split's batch size must be divisible by it.
+        replica_id: if given, yield only this replica's rows.
+        skip_records: start at this record (resume mid-split); with repeat,
+            later passes start at record 0.
+        repeat: cycle forever.
+        prefetch: prefetch batches.
+        verify: check shard sha256 against meta.json first.
+
+    Returns:
+        Dataset of (inputs, targets), int32 [B, T] (or [B/R, T] with
+        replica_id); targets are inputs shifted by one position.
+    """
+    meta = load_meta(data_dir) if meta is None else meta
+    info = split_info(meta, split)
+    batch, seq_len = info["batch_size"], meta["seq_len"]
+    start, stop = 0, batch
+    if replica_id is not None:
+        start, stop = replica_rows(batch, num_replicas, replica_id)
+    elif num_replicas != 1:
+        replica_rows(batch, num_replicas, 0)
+    paths = check_shards(data_dir, split, info, verify)
+    total = info["records"]
+    if not 0 <= skip_records <= total and not repeat:
+        raise ValueError(f"skip_records must be in [0, {total}] for split {split}, "
+                         f"got {skip_records}")
+    features = {"ids": tf.io.FixedLenFeature([batch * (seq_len + 1)], tf.int64)}
+
+    def parse(serialized):
+        ids = tf.io.parse_single_example(serialized, features)["ids"]
+        ids = tf.reshape(tf.cast(ids, tf.int32), [batch, seq_len + 1])[start:stop]
+        return ids[:, :-1], ids[:, 1:]
+
+    def records_from(first: int) -> tf.data.Dataset:
+        # Open only the shards from the one holding `first` onwards.
+        shard, offset = 0, first
+        while shard < len(paths) - 1 and offset >= info["shard_records"][shard]:
+            offset -= info["shard_records"][shard]
+            shard += 1
+        ds = tf.data.TFRecordDataset(paths[shard:]).skip(offset)
+        return ds.apply(tf.data.experimental.assert_cardinality(total - first))
+
+    first = skip_records % total if repeat else skip_records
+    ds = records_from(first)
+    if repeat:
+        ds = ds.concatenate(records_from(0).repeat()) if first else ds.repeat()
+    ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return ds.prefetch(tf.data.AUTOTUNE) if prefetch else ds

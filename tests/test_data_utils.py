@@ -1,0 +1,294 @@
+"""Tokenizers, frequency ranking, context batching and reading records back.
+
+References are recomputed independently: Counter-based vocabularies, explicit
+index formulas for where every id of the stream must land.
+"""
+
+import collections
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import data_utils
+from data_utils import DataError
+from pardata.tokenizers import load_tokenizer_files
+
+
+def _reference_word_ids(text):
+    """Word stream of WikiText-style text, ranked by (-count, first position)."""
+    stream = []
+    for line in text.split("\n")[:-1]:
+        stream.extend(line.split())
+        stream.append("<eos>")
+    counts = collections.Counter(stream)
+    first = {}
+    for k, w in enumerate(stream):
+        first.setdefault(w, k)
+    vocab = sorted(counts, key=lambda w: (-counts[w], first[w]))
+    if "<unk>" not in counts:
+        vocab.append("<unk>")
+    index = {w: i for i, w in enumerate(vocab)}
+    return np.array([index[w] for w in stream]), vocab
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, shared_data):
+    """Word-level build with train = WikiText-2 valid, valid = test, 3 shards."""
+    wt2 = shared_data / "wikitext-2"
+    out = tmp_path_factory.mktemp("built") / "wt2"
+    config = data_utils.BuildConfig(
+        dataset="text", output_dir=str(out), train_file=str(wt2 / "wiki.valid.tokens"),
+        valid_file=str(wt2 / "wiki.test.tokens"), test_file=str(wt2 / "wiki.valid.tokens"),
+        tokenizer="word", batch_size=8, eval_batch_size=4, seq_len=128, shards=3)
+    meta = data_utils.build_dataset(config)
+    return out, meta, wt2
+
+
+def _all_batches(ds):
+    xs, ys = zip(*[(x.numpy(), y.numpy()) for x, y in ds])
+    return np.stack(xs), np.stack(ys)
+
+
+def test_rank_by_frequency_matches_brute_force():
+    rng = np.random.default_rng(0)
+    ids = rng.zipf(1.5, size=5000) % 40  # ids 0..39; some never occur
+    ids[ids == 7] = 8
+    order = data_utils.rank_by_frequency(ids, 41)
+    counts = collections.Counter(ids.tolist())
+    first = {}
+    for k, i in enumerate(ids.tolist()):
+        first.setdefault(i, k)
+    expected = sorted(range(41), key=lambda i: (-counts[i], first.get(i, 10**9), i))
+    assert order.tolist() == expected
+    assert order[-2:].tolist() == [7, 40]  # unseen, in base order
+
+
+def test_word_tokenizer_on_wikitext_valid(shared_data):
+    text = (shared_data / "wikitext-2" / "wiki.valid.tokens").read_text(encoding="utf-8")
+    ref_ids, ref_vocab = _reference_word_ids(text)
+    tok = data_utils.WordTokenizer.train([text])
+    tok.set_order(data_utils.rank_by_frequency(tok.encode_base(text), tok.base_vocab_size))
+    ids = tok.encode_array(text)
+    assert len(ids) == 217646  # WikiText paper count (words + one <eos> per line)
+    np.testing.assert_array_equal(ids, ref_ids)
+    assert [tok.id_to_token(i) for i in range(len(ref_vocab))] == ref_vocab
+    assert tok.eos_id == ref_vocab.index("<eos>")
+    lines = text.split("\n")[:-1]
+    assert tok.decode(ids) == "\n".join(" ".join(line.split()) for line in lines) + "\n"
+    assert tok.encode("the zzzunseen\nthe") == [tok.encode("the")[0], tok.reserved_ids()["<unk>"],
+                                               tok.eos_id, tok.encode("the")[0]]
+
+
+def test_word_tokenizer_limits():
+    text = "a a a b b c\nd\n"
+    tok = data_utils.WordTokenizer.train([text], min_count=2)
+    assert sorted(tok.words) == ["<eos>", "<unk>", "a", "b"]
+    tok = data_utils.WordTokenizer.train([text], max_vocab=3)
+    assert sorted(tok.words) == ["<eos>", "<unk>", "a"]
+    with pytest.raises(DataError, match="--vocab_size=9 is larger than the 6 distinct"):
+        data_utils.WordTokenizer.train([text], max_vocab=9)
+    lower = data_utils.WordTokenizer.train(["The the THE\n"], lowercase=True)
+    assert lower.encode("ThE") == lower.encode("the")
+
+
+@pytest.mark.slow
+def test_sentencepiece_permutation_round_trip(shared_data, tmp_path):
+    text = (shared_data / "wikitext-2" / "wiki.valid.tokens").read_text(encoding="utf-8")
+    tok = data_utils.SentencePieceTokenizer.train(text.split("\n"), 500, symbols=("<unk>",))
+    base = tok.encode_base(text)
+    tok.set_order(data_utils.rank_by_frequency(base, tok.base_vocab_size))
+    ids = tok.encode_array(text)
+    np.testing.assert_array_equal(tok.order[ids], base)  # a permutation, applied
+    counts = np.bincount(ids, minlength=tok.vocab_size)
+    assert np.all(np.diff(counts) <= 0)  # ranked ids are frequency sorted
+    assert tok.id_to_token(int(np.argmax(counts))) == tok._sp.id_to_piece(int(np.argmax(np.bincount(base))))
+    lines = text.split("\n")[:-1]
+    assert tok.decode(ids) == "\n".join(" ".join(line.split()) for line in lines) + "\n"
+    unk = tok.encode("<unk>")  # WikiText's <unk> stays one piece
+    assert len(unk) == 1 and tok.id_to_token(unk[0]) == "\u2581<unk>"
+    assert tok.encode("a <unk> b").count(unk[0]) == 1
+    assert ids[np.flatnonzero(ids == tok.eos_id)].size == len(lines)
+    info = tok.save(str(tmp_path))
+    again = load_tokenizer_files(str(tmp_path), info)
+    np.testing.assert_array_equal(again.encode_array(text[:5000]), tok.encode_array(text[:5000]))
+
+
+def test_byte_tokenizer_round_trip():
+    data = bytes(range(256)) + "héllo\nwörld\n".encode() + b"\xff\xfe"
+    tok = data_utils.ByteTokenizer()
+    base = tok.encode_bytes_base(data)
+    np.testing.assert_array_equal(base, np.frombuffer(data, np.uint8))
+    tok.set_order(data_utils.rank_by_frequency(base, 256))
+    assert tok.decode_bytes(tok.encode_bytes(data)) == data
+    assert tok.id_to_token(0) == "l" and tok.eos_id is None
+    eos = data_utils.ByteTokenizer(eos=True)
+    ids = eos.encode("a\nb\n")
+    assert ids == [97, 256, 98, 256] and eos.vocab_size == 257
+    assert eos.decode(ids) == "a\nb\n"
+
+
+def test_eos_rules():
+    tok = data_utils.WordTokenizer.train(["a b\nc\n"])
+    assert tok.decode(tok.encode("a b\nc")) == "a b\nc"
+    assert len(tok.encode("a b\nc")) == 4 and len(tok.encode("a b\nc\n")) == 5
+    assert tok.encode("\n\n") == [tok.eos_id, tok.eos_id]
+
+
+def test_batchify_against_loops():
+    ids = np.arange(103)
+    rows, records, dropped = data_utils.batchify(ids, 4, 5)
+    # n = 25 per row -> R = (25 - 1) // 5 = 4 records, rows of 21, tail 103 - 84
+    assert (records, dropped, rows.shape) == (4, 19, (4, 21))
+    for b in range(4):
+        for t in range(records):
+            window = rows[b, t * 5:t * 5 + 6]
+            assert window.tolist() == list(range(b * 21 + t * 5, b * 21 + t * 5 + 6))
+    assert data_utils.batchify(np.arange(11), 2, 5)[1] == 0
+    with pytest.raises(DataError, match="--seq_len"):
+        data_utils.batchify(ids, 4, 0)
+
+
+def test_records_round_trip(built):
+    out, meta, wt2 = built
+    for split, fname in (("train", "wiki.valid.tokens"), ("valid", "wiki.test.tokens")):
+        text = (wt2 / fname).read_text(encoding="utf-8")
+        _, ref_vocab = _reference_word_ids((wt2 / "wiki.valid.tokens").read_text(encoding="utf-8"))
+        index = {w: i for i, w in enumerate(ref_vocab)}
+        stream = np.array([index.get(w, index["<unk>"]) for line in text.split("\n")[:-1]
+                           for w in line.split() + ["<eos>"]])
+        info = meta["splits"][split]
+        xs, ys = _all_batches(data_utils.make_dataset(str(out), split))
+        B, T = info["batch_size"], meta["seq_len"]
+        R = info["records"]
+        assert xs.shape == (R, B, T) and xs.dtype == np.int32 and len(info["shards"]) == 3
+        width = R * T + 1
+        assert info["dropped_ids"] == len(stream) - B * width
+        for t in range(R):
+            for b in range(B):
+                start = b * width + t * T
+                np.testing.assert_array_equal(xs[t, b], stream[start:start + T])
+                np.testing.assert_array_equal(ys[t, b], stream[start + 1:start + T + 1])
+        # targets are inputs shifted by one; record t+1 continues record t
+        np.testing.assert_array_equal(ys[:, :, :-1], xs[:, :, 1:])
+        np.testing.assert_array_equal(ys[:-1, :, -1], xs[1:, :, 0])
+        # row by row, the records are the stream minus its tail
+        rows = np.concatenate([xs.transpose(1, 0, 2).reshape(B, -1), ys[-1, :, -1:]], axis=1)
+        np.testing.assert_array_equal(rows.reshape(-1), stream[:B * width])
+
+
+def test_meta_and_counts(built, shared_data):
+    out, meta, wt2 = built
+    text = (wt2 / "wiki.valid.tokens").read_bytes()
+    train = meta["splits"]["train"]
+    assert train["words"] == 217646 and train["bytes"] == len(text)
+    assert train["lines"] == 3760 and meta["batch_size"] == 8
+    assert meta["splits"]["test"]["batch_size"] == 4 and meta["seq_len"] == 128
+    counts = data_utils.unigram_counts(str(out))
+    ref, vocab = _reference_word_ids(text.decode())
+    np.testing.assert_array_equal(counts, np.bincount(ref, minlength=len(vocab)))
+    assert np.all(np.diff(counts) <= 0) and counts.sum() == train["ids"]
+    assert meta["reserved_ids"] == {"<eos>": vocab.index("<eos>"), "<unk>": vocab.index("<unk>")}
+    loaded_meta, tok = data_utils.load_built(str(out))
+    assert loaded_meta == meta and tok.vocab_size == meta["vocab_size"] == len(vocab)
+
+
+def test_replica_rows_fixed_and_disjoint(built):
+    out, meta, _ = built
+    assert data_utils.replica_rows(8, 4, 3) == (6, 8)
+    with pytest.raises(DataError, match="not divisible by 3 replicas"):
+        data_utils.replica_rows(8, 3, 0)
+    full, _ = _all_batches(data_utils.make_dataset(str(out), "train"))
+    parts = []
+    for r in range(4):
+        x, _ = _all_batches(data_utils.make_dataset(str(out), "train", num_replicas=4,
+                                                    replica_id=r))
+        assert x.shape[1] == 2
+        parts.append(x)
+        # the same rows of the global batch at every step
+        np.testing.assert_array_equal(x, full[:, 2 * r:2 * r + 2])
+    np.testing.assert_array_equal(np.concatenate(parts, axis=1), full)
+
+
+def test_skip_and_repeat(built):
+    out, meta, _ = built
+    full, _ = _all_batches(data_utils.make_dataset(str(out), "valid"))
+    R = len(full)
+    for skip in (0, 1, R // 3 + 1, R - 1):  # shard boundaries fall at R//3 multiples
+        x, _ = _all_batches(data_utils.make_dataset(str(out), "valid", skip_records=skip))
+        np.testing.assert_array_equal(x, full[skip:])
+    ds = data_utils.make_dataset(str(out), "valid", skip_records=R - 2, repeat=True)
+    x = np.stack([a.numpy() for a, _ in ds.take(5)])
+    np.testing.assert_array_equal(x, np.concatenate([full[R - 2:], full[:3]]))
+    with pytest.raises(ValueError, match="skip_records"):
+        data_utils.make_dataset(str(out), "valid", skip_records=R + 1)
+
+
+def _copy(built, tmp_path):
+    dst = tmp_path / "copy"
+    shutil.copytree(built[0], dst)
+    return dst
+
+
+def test_missing_truncated_corrupted_shards(built, tmp_path):
+    d = _copy(built, tmp_path)
+    shard = d / built[1]["splits"]["train"]["shards"][1]
+    data = shard.read_bytes()
+    flipped = bytearray(data)
+    flipped[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(flipped))
+    with pytest.raises(DataError, match=f"shard {shard} is corrupted"):
+        data_utils.make_dataset(str(d), "train")
+    shard.write_bytes(data[:-7])
+    with pytest.raises(DataError, match=f"shard {shard} is truncated"):
+        data_utils.make_dataset(str(d), "train")
+    shard.unlink()
+    with pytest.raises(DataError, match=f"shard {shard} is missing"):
+        data_utils.make_dataset(str(d), "train")
+
+
+def test_bad_meta(built, tmp_path):
+    d = _copy(built, tmp_path)
+    meta = json.loads((d / "meta.json").read_text())
+    meta["vocab_size"] += 1
+    (d / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(DataError, match="vocab_size .* but the tokenizer files"):
+        data_utils.load_built(str(d))
+    del meta["splits"]["valid"]["records"]
+    (d / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(DataError, match="incomplete .*splits.valid.records"):
+        data_utils.load_meta(str(d))
+    (d / "meta.json").unlink()
+    with pytest.raises(DataError, match="meta.json not found"):
+        data_utils.make_dataset(str(d), "train")
+    with pytest.raises(DataError, match="unknown split"):
+        data_utils.make_dataset(str(built[0]), "dev")
+
+
+@pytest.mark.slow
+def test_mirrored_strategy_gets_fixed_rows(built, project_root):
+    """tf.distribute on two logical CPUs splits each batch into replica_rows."""
+    script = textwrap.dedent(f"""
+        import numpy as np, tensorflow as tf
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+        import data_utils
+        strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+        out = {str(built[0])!r}
+        full = [x.numpy() for x, _ in data_utils.make_dataset(out, "train")]
+        dist = strategy.experimental_distribute_dataset(
+            data_utils.make_dataset(out, "train", num_replicas=2))
+        for t, (x, y) in enumerate(dist):
+            for r, part in enumerate(x.values):
+                a, b = data_utils.replica_rows(8, 2, r)
+                assert np.array_equal(part.numpy(), full[t][a:b]), (t, r)
+        assert t == len(full) - 1
+        print("ok")
+    """)
+    result = subprocess.run([sys.executable, "-c", script], cwd=project_root,
+                            capture_output=True, text=True, timeout=300)
+    assert result.stdout.strip().endswith("ok"), result.stderr[-3000:]
