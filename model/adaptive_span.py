@@ -121,6 +121,10 @@ class AdaptiveSpanAttention(RelativeMultiHeadAttention):
         span_loss_coef: float >= 0, lambda of the span loss.
         trim_memory: bool, drop memory no query can see (exact, see
             `memory_keep_length`); False keeps all of it (for comparisons).
+        add_span_loss: bool, add the span loss with `add_loss` when training.
+            A container that calls this layer inside a `tf.switch_case`
+            branch passes False and adds `span_loss()` itself, because a
+            branch graph's tensors cannot leave the branch.
         **kwargs: base `keras.layers.Layer` arguments.
     """
 
@@ -134,6 +138,7 @@ class AdaptiveSpanAttention(RelativeMultiHeadAttention):
         span_init=0.0,
         span_loss_coef=2e-6,
         trim_memory=True,
+        add_span_loss=True,
         **kwargs,
     ):
         super().__init__(d_model, num_heads, d_head, **kwargs)
@@ -150,6 +155,7 @@ class AdaptiveSpanAttention(RelativeMultiHeadAttention):
         self.span_init = float(span_init)
         self.span_loss_coef = float(span_loss_coef)
         self.trim_memory = bool(trim_memory)
+        self.add_span_loss = bool(add_span_loss)
 
     def build(self, input_shape):
         super().build(input_shape)
@@ -190,7 +196,7 @@ class AdaptiveSpanAttention(RelativeMultiHeadAttention):
     def call(self, x, mem=None, training=False):
         """See `RelativeMultiHeadAttention.call`; adds the span loss when training."""
         outputs = super().call(x, mem, training=training)
-        if training:
+        if training and self.add_span_loss:
             self.add_loss(self.span_loss())
         return outputs
 
@@ -203,6 +209,7 @@ class AdaptiveSpanAttention(RelativeMultiHeadAttention):
                 "span_init": self.span_init,
                 "span_loss_coef": self.span_loss_coef,
                 "trim_memory": self.trim_memory,
+                "add_span_loss": self.add_span_loss,
             }
         )
         return config

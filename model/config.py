@@ -1,0 +1,270 @@
+"""Frozen, validated configuration of the language model.
+
+`ModelConfig` is the one object that describes a model: the trainer builds it
+from flags, writes it to `config.json` and hands it to
+`model.builder.build_model`, the only place that unpacks it into layer
+arguments. Every field is checked in `__post_init__`, and a bad value raises a
+`ValueError` that names the field and says how to fix it.
+
+Architectures (PAR, Mandava et al. 2020, arXiv 2009.04534):
+    "supernet":        every block is a stochastic choice between attention,
+                       dense (feed-forward) and identity.
+    "transformer_xl":  the standard Transformer-XL, "af" repeated
+                       num_blocks // 2 times (num_blocks must be even).
+    "aafiaf...":       a fixed string of length num_blocks over
+                       a (attention), f (feed-forward), i (identity).
+"""
+
+import dataclasses
+import math
+from typing import Any
+
+ARCHITECTURE_LETTERS = "afi"  # order of the stochastic block's candidates
+SUPERNET = "supernet"
+TRANSFORMER_XL = "transformer_xl"
+ATTENTIONS = ("relative", "adaptive_span")
+SEARCH_MODES = ("soft", "hard")
+EVAL_MODES = ("argmax", "expected")
+_TUPLE_FIELDS = ("cutoffs", "proj_dims")
+
+
+def transformer_xl_architecture(num_blocks):
+    """The fixed PAR string of a Transformer-XL with num_blocks // 2 layers.
+
+    Args:
+        num_blocks: int, even number of blocks (two per Transformer-XL layer).
+
+    Returns:
+        str, "af" repeated num_blocks // 2 times.
+    """
+    if num_blocks % 2:
+        raise ValueError(
+            f"num_blocks={num_blocks} is odd, but architecture 'transformer_xl' pairs "
+            "an attention and a dense block per layer: use an even num_blocks"
+        )
+    return "af" * (num_blocks // 2)
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Hyper-parameters of `TransformerXLLM` (see docs/interfaces.md).
+
+    Attributes:
+        vocab_size: number of token ids V.
+        d_model: model width D (even: sinusoid positions).
+        num_heads: attention heads N.
+        d_head: head size H; None means d_model // num_heads.
+        d_ffn: inner width F of the feed-forward blocks.
+        num_blocks: number of blocks (a Transformer-XL layer is two blocks).
+        architecture: "supernet", "transformer_xl" or an a/f/i string.
+        attention: "relative" or "adaptive_span".
+        mem_len: memory length M kept between segments during training.
+        clamp_len: clamp relative distances to this value; < 0: no clamping.
+        dropout: dropout on embeddings and sub-layer outputs, in [0, 1).
+        attn_dropout: dropout on attention weights, in [0, 1).
+        pre_norm: pre-norm blocks instead of the paper's post-norm.
+        final_norm: layer norm after the last block.
+        untie_rel_bias: one pair of relative biases u, v per layer.
+        cutoffs: adaptive-softmax cutoffs (excluding V); () = full softmax.
+        proj_factor: tail cluster i has width d_model / proj_factor^(i+1).
+        proj_dims: explicit tail widths, one per cutoff (overrides proj_factor).
+        adaptive_input: adaptive input embedding with the same clusters.
+        tie_weights: share the softmax's weights with the input embedding.
+        span_max: adaptive-span maximum span S (tokens).
+        span_ramp: adaptive-span soft-mask ramp R (tokens).
+        span_init: initial span fraction s_h in [0, 1].
+        span_loss_coef: lambda of the span loss lambda * mean_h(z_h).
+        search_mode: "soft" (mix all candidates) or "hard" (straight-through).
+        eval_mode: "argmax" or "expected" candidate weights at evaluation.
+        seed: seed of the Gumbel noise (with the block index and the step).
+    """
+
+    vocab_size: int
+    d_model: int = 128
+    num_heads: int = 4
+    d_head: int | None = None
+    d_ffn: int = 512
+    num_blocks: int = 6
+    architecture: str = SUPERNET
+    attention: str = "relative"
+    mem_len: int = 16
+    clamp_len: int = -1
+    dropout: float = 0.1
+    attn_dropout: float = 0.0
+    pre_norm: bool = False
+    final_norm: bool = False
+    untie_rel_bias: bool = True
+    cutoffs: tuple[int, ...] = ()
+    proj_factor: float = 4.0
+    proj_dims: tuple[int, ...] = ()
+    adaptive_input: bool = False
+    tie_weights: bool = False
+    span_max: int = 1024
+    span_ramp: int = 32
+    span_init: float = 0.0
+    span_loss_coef: float = 2e-6
+    search_mode: str = "soft"
+    eval_mode: str = "argmax"
+    seed: int = 0
+
+    def __post_init__(self):
+        # Lists (from JSON or flags) become tuples so the config stays hashable.
+        for field in _TUPLE_FIELDS:
+            value = getattr(self, field)
+            if isinstance(value, list):
+                object.__setattr__(self, field, tuple(value))
+        self._check_types()
+        self._check_sizes()
+        self._check_architecture()
+        self._check_softmax()
+        self._check_attention()
+
+    def _check_types(self):
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            kind = field.type
+            if kind is int or (field.name == "d_head" and value is not None):
+                ok = _is_int(value)
+                want = "an integer"
+            elif kind is float:
+                ok = _is_number(value)
+                want = "a number"
+            elif kind is bool:
+                ok = isinstance(value, bool)
+                want = "True or False"
+            elif kind is str:
+                ok = isinstance(value, str)
+                want = "a string"
+            elif field.name in _TUPLE_FIELDS:
+                ok = isinstance(value, tuple) and all(_is_int(v) for v in value)
+                want = "a tuple of integers"
+            else:
+                ok = True
+            if not ok:
+                raise ValueError(f"{field.name} must be {want}, got {value!r}")
+
+    def _check_sizes(self):
+        for field in ("vocab_size", "d_model", "num_heads", "d_ffn", "num_blocks"):
+            if getattr(self, field) < 1:
+                raise ValueError(f"{field} must be a positive integer, got {getattr(self, field)}")
+        if self.d_head is None:
+            if self.d_model % self.num_heads:
+                raise ValueError(
+                    f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}: "
+                    "choose d_model as a multiple of num_heads or set d_head explicitly"
+                )
+        elif self.d_head < 1:
+            raise ValueError(f"d_head must be a positive integer or None, got {self.d_head}")
+        if self.d_model % 2:
+            raise ValueError(f"d_model must be even (sinusoid relative positions), got {self.d_model}")
+        if self.mem_len < 0:
+            raise ValueError(f"mem_len must be >= 0 (0 disables the memory), got {self.mem_len}")
+        for field in ("dropout", "attn_dropout"):
+            value = getattr(self, field)
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"{field} must be in [0, 1), got {value}")
+
+    def _check_architecture(self):
+        arch = self.architecture
+        if arch == TRANSFORMER_XL:
+            transformer_xl_architecture(self.num_blocks)  # raises on odd num_blocks
+        elif arch != SUPERNET:
+            bad = sorted(set(arch) - set(ARCHITECTURE_LETTERS))
+            if bad or not arch:
+                raise ValueError(
+                    f"architecture={arch!r} has letters {bad}: use 'supernet', 'transformer_xl' "
+                    "or a string over a (attention), f (feed-forward), i (identity)"
+                )
+            if len(arch) != self.num_blocks:
+                raise ValueError(
+                    f"architecture={arch!r} has {len(arch)} blocks but num_blocks={self.num_blocks}: "
+                    "give one letter per block"
+                )
+        if self.search_mode not in SEARCH_MODES:
+            raise ValueError(f"search_mode must be one of {SEARCH_MODES}, got {self.search_mode!r}")
+        if self.eval_mode not in EVAL_MODES:
+            raise ValueError(f"eval_mode must be one of {EVAL_MODES}, got {self.eval_mode!r}")
+
+    def _check_softmax(self):
+        cutoffs = self.cutoffs
+        if any(c < 1 or c >= self.vocab_size for c in cutoffs):
+            raise ValueError(
+                f"cutoffs={cutoffs} must lie in [1, vocab_size={self.vocab_size}) "
+                "(the vocabulary size itself is implied, do not list it)"
+            )
+        if any(b <= a for a, b in zip(cutoffs, cutoffs[1:])):
+            raise ValueError(f"cutoffs={cutoffs} must be strictly increasing")
+        if self.proj_dims:
+            if len(self.proj_dims) != len(cutoffs):
+                raise ValueError(
+                    f"proj_dims={self.proj_dims} needs one width per tail cluster, i.e. "
+                    f"len(cutoffs)={len(cutoffs)} values; or leave it empty to use proj_factor"
+                )
+            if any(d < 1 for d in self.proj_dims):
+                raise ValueError(f"proj_dims={self.proj_dims} must be positive integers")
+        if not (self.proj_factor >= 1.0 and math.isfinite(self.proj_factor)):
+            raise ValueError(f"proj_factor must be a finite number >= 1, got {self.proj_factor}")
+
+    def _check_attention(self):
+        if self.attention not in ATTENTIONS:
+            raise ValueError(f"attention must be one of {ATTENTIONS}, got {self.attention!r}")
+        # Span fields are checked whatever the attention so a config stays
+        # valid when only `attention` is switched to "adaptive_span".
+        for field in ("span_max", "span_ramp"):
+            if getattr(self, field) < 1:
+                raise ValueError(f"{field} must be >= 1, got {getattr(self, field)}")
+        if self.span_ramp > self.span_max:
+            raise ValueError(
+                f"span_ramp={self.span_ramp} is larger than span_max={self.span_max}: "
+                "use a ramp no longer than the maximum span"
+            )
+        if not 0.0 <= self.span_init <= 1.0:
+            raise ValueError(f"span_init must be in [0, 1] (a fraction of span_max), got {self.span_init}")
+        if self.span_loss_coef < 0:
+            raise ValueError(f"span_loss_coef must be >= 0, got {self.span_loss_coef}")
+
+    @property
+    def head_size(self):
+        """int: the head size H (d_head, or d_model // num_heads)."""
+        return self.d_head if self.d_head is not None else self.d_model // self.num_heads
+
+    @property
+    def resolved_architecture(self):
+        """str: "supernet" or the fixed a/f/i string (transformer_xl expanded)."""
+        if self.architecture == TRANSFORMER_XL:
+            return transformer_xl_architecture(self.num_blocks)
+        return self.architecture
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly dict (tuples become lists)."""
+        out = dataclasses.asdict(self)
+        for field in _TUPLE_FIELDS:
+            out[field] = list(out[field])
+        return out
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "ModelConfig":
+        """Inverse of `to_dict`; unknown keys raise a ValueError listing them."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown ModelConfig field(s) {unknown}; valid fields are {sorted(known)}"
+            )
+        return cls(**values)
+
+    def replace(self, **changes) -> "ModelConfig":
+        """A copy with some fields changed (validated again)."""
+        known = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise ValueError(f"unknown ModelConfig field(s) {unknown}; valid fields are {sorted(known)}")
+        return dataclasses.replace(self, **changes)

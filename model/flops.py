@@ -1,0 +1,261 @@
+"""Forward FLOPs and parameter counts of an architecture (pure arithmetic).
+
+Used to report the PAR speed-up of a derived architecture over the
+Transformer-XL with the same number of blocks (Mandava et al. 2020,
+arXiv 2009.04534). No TensorFlow: only the config is needed.
+
+Size glossary:
+    T: segment length.       M: memory length.     K: keys, M + T.
+    B: batch size.           N: heads.             H: head size.
+    D: d_model.              F: d_ffn.             V: vocabulary size.
+    d_i: width of tail cluster i.   C_i: size of tail cluster i.
+
+Conventions: a multiply-add is 2 FLOPs; only matrix products are counted
+(softmax, layer norm, bias and residual adds, dropout and the embedding
+lookup are a few FLOPs per element and are left out). Attention is counted as
+the layers compute it: the full [T, K] score matrix, masked entries included.
+"""
+
+import math
+
+from model.config import SUPERNET, TRANSFORMER_XL, transformer_xl_architecture
+
+# The adaptive-span layer keeps memory in multiples of this many positions.
+SPAN_TRIM_MULTIPLE = 64
+
+
+def tail_dims(config):
+    """Widths d_i of the tail clusters (the formula of model.adaptive_softmax).
+
+    Args:
+        config: ModelConfig.
+
+    Returns:
+        tuple of ints, one per cutoff: proj_dims, or
+        max(1, D // proj_factor^i) for tails i = 1..len(cutoffs).
+    """
+    if config.proj_dims:
+        return tuple(config.proj_dims)
+    return tuple(
+        max(1, int(config.d_model // config.proj_factor**i)) for i in range(1, len(config.cutoffs) + 1)
+    )
+
+
+def _clusters(config):
+    """(head tokens c_0, [(d_i, C_i) per tail])."""
+    bounds = list(config.cutoffs) + [config.vocab_size]
+    head_tokens = bounds[0]
+    tails = [(d, hi - lo) for d, lo, hi in zip(tail_dims(config), bounds, bounds[1:])]
+    return head_tokens, tails
+
+
+def _tail_mass(config, cluster_mass):
+    """Per-tail probability mass P_i; all ones (every tail visited) when unknown."""
+    num_tails = len(config.cutoffs)
+    if cluster_mass is None:
+        return [1.0] * num_tails
+    mass = list(cluster_mass)
+    if len(mass) == num_tails + 1:  # head mass first, as optimal_cuts reports it
+        mass = mass[1:]
+    if len(mass) != num_tails:
+        raise ValueError(
+            f"cluster_mass has {len(cluster_mass)} values; give one per tail cluster "
+            f"({num_tails}) or head first then one per tail ({num_tails + 1})"
+        )
+    return mass
+
+
+def _architecture(config, architecture):
+    arch = config.architecture if architecture is None else architecture
+    if arch == TRANSFORMER_XL:
+        return transformer_xl_architecture(config.num_blocks)
+    if arch != SUPERNET:
+        # Validates letters and length with the config's own messages.
+        config.replace(architecture=arch)
+    return arch
+
+
+def _kept_memory(config, mem_len, span):
+    """Memory positions an attention layer actually uses.
+
+    Adaptive span drops memory older than max_h(z_h) + R, rounded up to a
+    multiple of SPAN_TRIM_MULTIPLE; `span` is that layer's max_h(z_h) in
+    tokens (None: untrimmed).
+    """
+    if config.attention != "adaptive_span" or span is None:
+        return mem_len
+    needed = SPAN_TRIM_MULTIPLE * math.ceil((span + config.span_ramp) / SPAN_TRIM_MULTIPLE)
+    return min(mem_len, needed)
+
+
+def attention_flops_per_token(config, seq_len, mem_len, batch_size=None, span=None):
+    """FLOPs per token of one attention block, by component.
+
+    Args:
+        config: ModelConfig.
+        seq_len: int, segment length T.
+        mem_len: int, memory length M.
+        batch_size: int or None; the position projection W_R r over K
+            positions is computed once per call and shared by the batch, so it
+            is divided by B * T (by T when None, i.e. per sequence).
+        span: float or None, the layer's largest span in tokens (adaptive
+            span only; trims the memory).
+
+    Returns:
+        dict with "projections" (q over T, k and v over K, output),
+        "position_projection" (W_R r), "scores" (content, position and the
+        weighted sum of values) and "total".
+    """
+    d, nh = config.d_model, config.num_heads * config.head_size
+    keys = _kept_memory(config, mem_len, span) + seq_len
+    projections = 2 * d * nh * (2 + 2 * keys / seq_len)  # q and o per token; k, v per key
+    position_projection = 2 * keys * d * nh / (seq_len * (batch_size or 1))
+    scores = 3 * 2 * nh * keys  # (q+u).k, (q+v).r, weights.v
+    return {
+        "projections": projections,
+        "position_projection": position_projection,
+        "scores": scores,
+        "total": projections + position_projection + scores,
+    }
+
+
+def dense_flops_per_token(config):
+    """FLOPs per token of one dense (feed-forward) block: 2 D F + 2 F D."""
+    return 4 * config.d_model * config.d_ffn
+
+
+def embedding_flops_per_token(config, cluster_mass=None):
+    """FLOPs per token of the input embedding (tail projections only)."""
+    if not (config.adaptive_input or config.tie_weights) or not config.cutoffs:
+        return 0.0
+    _, tails = _clusters(config)
+    return sum(p * 2 * d * config.d_model for p, (d, _) in zip(_tail_mass(config, cluster_mass), tails))
+
+
+def head_flops_per_token(config, cluster_mass=None):
+    """FLOPs per token of the output layer.
+
+    Full softmax: 2 D V. Adaptive softmax (Grave et al. 2017):
+    `2 D (c_0 + n_tails) + sum_i P_i (2 D d_i + 2 d_i C_i)` with P_i the
+    probability mass of tail i (`cluster_mass`); without it every tail is
+    counted for every token (P_i = 1), which is the cost of `log_probs`.
+    """
+    if not config.cutoffs:
+        return 2.0 * config.d_model * config.vocab_size
+    head_tokens, tails = _clusters(config)
+    d = config.d_model
+    head = 2 * d * (head_tokens + len(tails))
+    mass = _tail_mass(config, cluster_mass)
+    return head + sum(p * (2 * d * di + 2 * di * ci) for p, (di, ci) in zip(mass, tails))
+
+
+def forward_flops_per_token(
+    config, architecture=None, seq_len=None, mem_len=None, batch_size=None, cluster_mass=None, spans=None
+):
+    """Forward FLOPs per predicted token of a whole model.
+
+    Args:
+        config: ModelConfig.
+        architecture: "supernet", "transformer_xl" or an a/f/i string of
+            length num_blocks; None uses config.architecture. "supernet"
+            counts a soft search step: every block computes attention and
+            dense (identity is free).
+        seq_len: int, segment length T (required: it is not a model field).
+        mem_len: int, memory length M; None uses config.mem_len.
+        batch_size: int or None, see `attention_flops_per_token`.
+        cluster_mass: probability mass per tail cluster (optionally head
+            first), e.g. from optimal_cuts; see `head_flops_per_token`.
+        spans: for adaptive span, the largest span in tokens of each
+            attention layer (in block order), trimming its memory.
+
+    Returns:
+        dict of floats: "embedding", "attention" (all attention blocks),
+        "dense" (all dense blocks), "blocks" (attention + dense), "head",
+        "total", and "num_attention", "num_dense" (block counts).
+    """
+    arch = _architecture(config, architecture)
+    if seq_len is None or seq_len < 1:
+        raise ValueError(f"seq_len must be a segment length >= 1 (e.g. the data's seq_len), got {seq_len}")
+    mem_len = config.mem_len if mem_len is None else mem_len
+    if mem_len < 0:
+        raise ValueError(f"mem_len must be >= 0, got {mem_len}")
+    letters = ["af"] * config.num_blocks if arch == SUPERNET else list(arch)
+    num_attention = sum("a" in b for b in letters)
+    num_dense = sum("f" in b for b in letters)
+    spans = list(spans) if spans is not None else [None] * num_attention
+    if len(spans) != num_attention:
+        raise ValueError(f"spans has {len(spans)} entries for {num_attention} attention blocks")
+    attention = sum(
+        attention_flops_per_token(config, seq_len, mem_len, batch_size, span)["total"] for span in spans
+    )
+    dense = num_dense * dense_flops_per_token(config)
+    out = {
+        "embedding": embedding_flops_per_token(config, cluster_mass),
+        "attention": attention,
+        "dense": dense,
+        "blocks": attention + dense,
+        "head": head_flops_per_token(config, cluster_mass),
+        "num_attention": num_attention,
+        "num_dense": num_dense,
+    }
+    out["total"] = out["embedding"] + out["blocks"] + out["head"]
+    return out
+
+
+def relative_to_transformer_xl(config, architecture, seq_len, mem_len=None, **kwargs):
+    """Cost of an architecture relative to Transformer-XL with as many blocks.
+
+    Args:
+        config: ModelConfig (num_blocks must be even).
+        architecture: the a/f/i string to compare (e.g. the derived one).
+        seq_len, mem_len, **kwargs: as in `forward_flops_per_token`.
+
+    Returns:
+        dict: "blocks" = block FLOPs ratio, "total" = whole-model ratio
+        (< 1 means cheaper than "af" * (num_blocks // 2)).
+    """
+    reference = transformer_xl_architecture(config.num_blocks)
+    ours = forward_flops_per_token(config, architecture, seq_len, mem_len, **kwargs)
+    base = forward_flops_per_token(config, reference, seq_len, mem_len, **kwargs)
+    return {"blocks": ours["blocks"] / base["blocks"], "total": ours["total"] / base["total"]}
+
+
+def param_count(config, architecture=None):
+    """Number of parameters of the model built from `config`.
+
+    Args:
+        config: ModelConfig.
+        architecture: as in `forward_flops_per_token`; None uses
+            config.architecture ("supernet" includes every candidate and the
+            3 architecture logits per block).
+
+    Returns:
+        int, equal to `build_model(config).count_params()` for that
+        architecture.
+    """
+    arch = _architecture(config, architecture)
+    d, v, nh = config.d_model, config.vocab_size, config.num_heads * config.head_size
+    layer_norm = 2 * d
+    attention = 5 * d * nh + 2 * nh + layer_norm  # q, k, v, W_R, o; u, v
+    if config.attention == "adaptive_span":
+        attention += config.num_heads  # one span fraction per head
+    dense = 2 * d * config.d_ffn + config.d_ffn + d + layer_norm
+    if arch == SUPERNET:
+        blocks = config.num_blocks * (attention + dense + 3)
+    else:
+        blocks = arch.count("a") * attention + arch.count("f") * dense
+
+    head_tokens, tails = _clusters(config)
+    if config.cutoffs:
+        head_size = head_tokens + len(tails)
+        head = d * head_size + head_size + sum(d * di + di * ci + ci for di, ci in tails)
+    else:
+        head = d * v + v
+    if config.tie_weights:
+        embedding = 0
+    elif config.adaptive_input:
+        embedding = head_tokens * d + sum(ci * di + di * d for di, ci in tails)
+    else:
+        embedding = v * d
+    final = layer_norm if config.final_norm else 0
+    return int(embedding + blocks + final + head)

@@ -1,0 +1,293 @@
+"""PAR stochastic block: a Gumbel-softmax choice of attention, dense or identity.
+
+Mandava, Migacz, Fit-Florea 2020, "Pay Attention when Required"
+(arXiv 2009.04534); Gumbel-softmax from Jang et al. 2017 (arXiv 1611.01144)
+and the straight-through search of FBNet (Wu et al. 2019, arXiv 1812.03443).
+
+Size glossary:
+    B: batch size.
+    T: segment length.
+    M: memory length.
+    D: model width (d_model).
+    C: number of candidates (3: attention, dense, identity).
+
+The block owns architecture logits `alpha` [C] and, while training, mixes its
+candidates `f_k` with `w = softmax((alpha + g) / tau)`, `g = -log(-log U)`:
+    soft: y = sum_k w_k f_k(x)                      (all candidates computed)
+    hard: k = argmax(w), y = f_k(x) * (1 + w_k - stop_gradient(w_k))
+          (only f_k computed; the value is f_k(x) exactly, and the gradient
+          reaches alpha through w_k: straight-through).
+At evaluation there is no noise: "argmax" computes only argmax(alpha)'s
+candidate, "expected" mixes all of them with softmax(alpha).
+
+The noise U is a stateless function of (seed, block_index, step), so a resumed
+run draws the same architectures, and all replicas of a distributed step draw
+the same one.
+"""
+
+import keras
+import tensorflow as tf
+
+from model.adaptive_span import AdaptiveSpanAttention
+from model.feed_forward import PositionwiseFeedForward
+from model.relative_attention import RelativeMultiHeadAttention
+
+CANDIDATES = ("attention", "dense", "identity")
+_SEARCH_MODES = ("soft", "hard")
+_EVAL_MODES = ("argmax", "expected")
+_ATTENTIONS = ("relative", "adaptive_span")
+# Keeps U inside (0, 1) so that -log(-log U) stays finite in float32.
+_UNIFORM_EPS = 1e-7
+
+
+def gumbel_noise(seed, block_index, step):
+    """Reproducible Gumbel(0, 1) noise for one block and one step.
+
+    Args:
+        seed: int, the run's seed.
+        block_index: int, position of the block in the network.
+        step: scalar int tensor or int, the search step.
+
+    Returns:
+        float32 [C] noise `-log(-log U)`, U uniform in [eps, 1 - eps].
+    """
+    base = tf.constant([seed, block_index], tf.int64)
+    key = tf.random.experimental.stateless_fold_in(base, tf.cast(step, tf.int64))  # [2]
+    uniform = tf.random.stateless_uniform([len(CANDIDATES)], seed=key, dtype=tf.float32)
+    uniform = tf.clip_by_value(uniform, _UNIFORM_EPS, 1.0 - _UNIFORM_EPS)
+    return -tf.math.log(-tf.math.log(uniform))
+
+
+def make_attention(kind, name, dtype, **kwargs):
+    """Builds an attention sub-layer; shared with the fixed-architecture model.
+
+    Args:
+        kind: "relative" or "adaptive_span".
+        name: layer name.
+        dtype: dtype policy.
+        **kwargs: RelativeMultiHeadAttention arguments plus span_max,
+            span_ramp, span_init, span_loss_coef (dropped for "relative").
+
+    Returns:
+        A RelativeMultiHeadAttention or AdaptiveSpanAttention layer.
+    """
+    if kind == "adaptive_span":
+        return AdaptiveSpanAttention(dtype=dtype, name=name, **kwargs)
+    kwargs.pop("add_span_loss", None)
+    if kind != "relative":
+        raise ValueError(f"attention must be one of {_ATTENTIONS}, got {kind!r}")
+    for key in ("span_max", "span_ramp", "span_init", "span_loss_coef"):
+        kwargs.pop(key, None)
+    return RelativeMultiHeadAttention(dtype=dtype, name=name, **kwargs)
+
+
+@keras.saving.register_keras_serializable(package="par")
+class StochasticBlock(keras.layers.Layer):
+    """A supernet block choosing between attention, dense and identity.
+
+    Args:
+        d_model: int, model width D.
+        num_heads: int, attention heads N.
+        d_head: int, head size H.
+        d_ffn: int, inner width F of the dense candidate.
+        dropout: float, dropout of both sub-layers.
+        attn_dropout: float, dropout on attention weights.
+        clamp_len: int, relative distance clamp (< 0: none).
+        pre_norm: bool, pre-norm sub-layers.
+        untie_rel_bias: bool, per-layer relative biases.
+        attention: "relative" or "adaptive_span".
+        span_max: int, adaptive-span maximum span S.
+        span_ramp: int, adaptive-span ramp R.
+        span_init: float, initial span fraction.
+        span_loss_coef: float, span loss coefficient lambda.
+        search_mode: "soft" or "hard" (see the module docstring).
+        eval_mode: "argmax" or "expected".
+        seed: int, seed of the Gumbel noise.
+        block_index: int, position of this block (decorrelates the noise).
+        **kwargs: base `keras.layers.Layer` arguments (name, dtype, ...).
+
+    Attributes:
+        attention_layer: the attention candidate (its span variables give the
+            span loss and spans whichever candidate is sampled).
+        dense_layer: the feed-forward candidate.
+        arch_logits: float32 [C] trainable logits alpha (after build).
+    """
+
+    def __init__(
+        self,
+        d_model,
+        num_heads,
+        d_head,
+        d_ffn,
+        dropout=0.0,
+        attn_dropout=0.0,
+        clamp_len=-1,
+        pre_norm=False,
+        untie_rel_bias=True,
+        attention="relative",
+        span_max=1024,
+        span_ramp=32,
+        span_init=0.0,
+        span_loss_coef=2e-6,
+        search_mode="soft",
+        eval_mode="argmax",
+        seed=0,
+        block_index=0,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if search_mode not in _SEARCH_MODES:
+            raise ValueError(f"search_mode must be one of {_SEARCH_MODES}, got {search_mode!r}")
+        if eval_mode not in _EVAL_MODES:
+            raise ValueError(f"eval_mode must be one of {_EVAL_MODES}, got {eval_mode!r}")
+        self.d_model = int(d_model)
+        self.num_heads = int(num_heads)
+        self.d_head = int(d_head)
+        self.d_ffn = int(d_ffn)
+        self.dropout = float(dropout)
+        self.attn_dropout = float(attn_dropout)
+        self.clamp_len = int(clamp_len)
+        self.pre_norm = bool(pre_norm)
+        self.untie_rel_bias = bool(untie_rel_bias)
+        self.attention = str(attention)
+        self.span_max = int(span_max)
+        self.span_ramp = int(span_ramp)
+        self.span_init = float(span_init)
+        self.span_loss_coef = float(span_loss_coef)
+        self.search_mode = str(search_mode)
+        self.eval_mode = str(eval_mode)
+        self.seed = int(seed)
+        self.block_index = int(block_index)
+
+        self.attention_layer = make_attention(
+            self.attention,
+            name="attention",
+            dtype=self.dtype_policy,
+            d_model=self.d_model,
+            num_heads=self.num_heads,
+            d_head=self.d_head,
+            dropout=self.dropout,
+            attn_dropout=self.attn_dropout,
+            clamp_len=self.clamp_len,
+            pre_norm=self.pre_norm,
+            untie_rel_bias=self.untie_rel_bias,
+            span_max=self.span_max,
+            span_ramp=self.span_ramp,
+            span_init=self.span_init,
+            span_loss_coef=self.span_loss_coef,
+            add_span_loss=False,  # added below, outside any switch_case branch
+        )
+        self.dense_layer = PositionwiseFeedForward(
+            self.d_model,
+            self.d_ffn,
+            dropout=self.dropout,
+            pre_norm=self.pre_norm,
+            dtype=self.dtype_policy,
+            name="dense",
+        )
+
+    def build(self, input_shape):
+        # Logits, not probabilities: no constraint; zeros = uniform choice.
+        # float32 whatever the policy (autocast off): the softmax over three
+        # logits must not run in bfloat16.
+        self.arch_logits = self.add_weight(
+            name="arch_logits",
+            shape=(len(CANDIDATES),),
+            initializer="zeros",
+            trainable=True,
+            autocast=False,
+            dtype="float32",
+        )
+        # Every candidate is built up front: variables cannot be created
+        # inside the switch_case branches of the hard and argmax paths.
+        self.attention_layer.build(input_shape)
+        self.dense_layer.build(input_shape)
+        super().build(input_shape)
+
+    def mixing_weights(self, tau, step, training):
+        """Candidate weights of this block.
+
+        Args:
+            tau: scalar float, Gumbel-softmax temperature (> 0).
+            step: scalar int, search step (selects the noise).
+            training: bool; False gives softmax(alpha) without noise.
+
+        Returns:
+            float32 [C], sums to 1.
+        """
+        logits = tf.convert_to_tensor(self.arch_logits)  # [C]
+        if not training:
+            return tf.nn.softmax(logits)
+        noise = gumbel_noise(self.seed, self.block_index, step)  # [C]
+        return tf.nn.softmax((logits + noise) / tf.cast(tau, tf.float32))
+
+    def _branches(self, x, mem, training):
+        """One zero-argument callable per candidate, each returning [B, T, D]."""
+        return [
+            lambda: self.attention_layer(x, mem, training=training),
+            lambda: self.dense_layer(x, training=training),
+            lambda: x,
+        ]
+
+    def call(self, x, mem=None, tau=1.0, step=0, training=False):
+        """Applies the (mixture of) candidate(s).
+
+        Args:
+            x: [B, T, D] block input.
+            mem: [B, M, D] memory for the attention candidate, or None.
+            tau: scalar float, temperature (used only when training).
+            step: scalar int, search step (used only when training).
+            training: bool; selects Gumbel sampling vs deterministic eval.
+
+        Returns:
+            [B, T, D] in the compute dtype.
+        """
+        x = tf.cast(x, self.compute_dtype)
+        if training and isinstance(self.attention_layer, AdaptiveSpanAttention):
+            # From the span variable, whichever candidate runs (as
+            # TransformerXLLM.span_losses does).
+            self.add_loss(self.attention_layer.span_loss())
+        branches = self._branches(x, mem, training)
+        mode = self.search_mode if training else self.eval_mode
+        weights = self.mixing_weights(tau, step, training)  # [C] float32
+        if mode in ("soft", "expected"):
+            mix = tf.cast(weights, self.compute_dtype)  # [C]
+            return tf.add_n([mix[k] * branch() for k, branch in enumerate(branches)])
+        choice = tf.argmax(weights, output_type=tf.int32)
+        y = tf.switch_case(choice, branches)  # only the chosen candidate runs
+        if mode == "argmax":
+            return y
+        # Straight-through: the factor is exactly 1 in value (w - sg(w) == 0)
+        # while d y / d w_k = f_k(x) carries the gradient to alpha.
+        chosen = tf.gather(weights, choice)
+        factor = 1.0 + (chosen - tf.stop_gradient(chosen))
+        return y * tf.cast(factor, self.compute_dtype)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "d_model": self.d_model,
+                "num_heads": self.num_heads,
+                "d_head": self.d_head,
+                "d_ffn": self.d_ffn,
+                "dropout": self.dropout,
+                "attn_dropout": self.attn_dropout,
+                "clamp_len": self.clamp_len,
+                "pre_norm": self.pre_norm,
+                "untie_rel_bias": self.untie_rel_bias,
+                "attention": self.attention,
+                "span_max": self.span_max,
+                "span_ramp": self.span_ramp,
+                "span_init": self.span_init,
+                "span_loss_coef": self.span_loss_coef,
+                "search_mode": self.search_mode,
+                "eval_mode": self.eval_mode,
+                "seed": self.seed,
+                "block_index": self.block_index,
+            }
+        )
+        return config

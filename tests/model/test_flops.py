@@ -1,0 +1,139 @@
+"""Tests for model/flops.py: hand-computed FLOPs and the real models' sizes."""
+
+import pytest
+
+from model import flops
+from model.config import ModelConfig
+
+# D 8, N 2, H 4 (N*H 8), F 16, V 64, cutoffs (16, 32), tails d = 8//2 = 4 and
+# 8//4 = 2 with C = 16 and 32 tokens.
+TINY = ModelConfig(
+    vocab_size=64, d_model=8, num_heads=2, d_ffn=16, num_blocks=2, mem_len=4,
+    cutoffs=(16, 32), proj_factor=2.0, architecture="af",
+)  # fmt: skip
+
+# By hand for T = 4, M = 4 (K = 8), per token:
+#   q 2*8*8 = 128, o 128, k and v 2*8*8*K/T = 256 each   -> 768
+#   W_R r over K positions, per sequence: 2*K*D*NH / T     -> 256 (128 for B = 2)
+#   scores (q+u).k, (q+v).r, weights.v: 3 * 2*NH*K        -> 384
+ATTENTION = 768 + 256 + 384
+DENSE = 2 * 8 * 16 * 2  # 512
+# head 2*D*(16 + 2) = 288; tail 1: 2*8*4 + 2*4*16 = 192; tail 2: 2*8*2 + 2*2*32 = 160
+HEAD_ALL_TAILS = 288 + 192 + 160
+
+
+def test_attention_and_dense_by_hand():
+    parts = flops.attention_flops_per_token(TINY, seq_len=4, mem_len=4)
+    assert parts["projections"] == 768
+    assert parts["position_projection"] == 256
+    assert parts["scores"] == 384
+    assert parts["total"] == ATTENTION
+    assert flops.attention_flops_per_token(TINY, 4, 4, batch_size=2)["position_projection"] == 128
+    assert flops.dense_flops_per_token(TINY) == DENSE
+
+
+def test_forward_flops_fixed_architecture_by_hand():
+    out = flops.forward_flops_per_token(TINY, "af", seq_len=4, mem_len=4)
+    assert out["attention"] == ATTENTION
+    assert out["dense"] == DENSE
+    assert out["blocks"] == ATTENTION + DENSE
+    assert out["head"] == HEAD_ALL_TAILS
+    assert out["embedding"] == 0
+    assert out["total"] == ATTENTION + DENSE + HEAD_ALL_TAILS
+    assert (out["num_attention"], out["num_dense"]) == (1, 1)
+    # Default architecture and memory come from the config.
+    assert flops.forward_flops_per_token(TINY, seq_len=4) == out
+
+
+def test_head_with_cluster_mass_and_full_softmax():
+    expected = 288 + 0.3 * 192 + 0.2 * 160
+    assert flops.head_flops_per_token(TINY, cluster_mass=(0.3, 0.2)) == pytest.approx(expected)
+    # optimal_cuts style: head mass first.
+    assert flops.head_flops_per_token(TINY, cluster_mass=(0.5, 0.3, 0.2)) == pytest.approx(expected)
+    assert flops.head_flops_per_token(TINY.replace(cutoffs=())) == 2 * 8 * 64
+    with pytest.raises(ValueError, match="cluster_mass"):
+        flops.head_flops_per_token(TINY, cluster_mass=(1.0,))
+
+
+def test_adaptive_input_counts_tail_projections():
+    config = TINY.replace(adaptive_input=True)
+    out = flops.forward_flops_per_token(config, seq_len=4, cluster_mass=(0.3, 0.2))
+    assert out["embedding"] == pytest.approx(0.3 * 2 * 4 * 8 + 0.2 * 2 * 2 * 8)
+
+
+def test_supernet_and_identity_architectures():
+    supernet = flops.forward_flops_per_token(TINY.replace(architecture="supernet"), seq_len=4, mem_len=4)
+    assert supernet["blocks"] == 2 * (ATTENTION + DENSE)  # soft search: all candidates
+    identity = flops.forward_flops_per_token(TINY, "ii", seq_len=4, mem_len=4)
+    assert identity["blocks"] == 0 and identity["total"] == HEAD_ALL_TAILS
+
+
+def test_adaptive_span_trims_memory_to_span_plus_ramp():
+    config = TINY.replace(attention="adaptive_span", span_max=256, span_ramp=32)
+    # span 10 + ramp 32 -> 64 kept of M = 100: K = 68.
+    trimmed = flops.attention_flops_per_token(config, seq_len=4, mem_len=100, span=10)
+    assert trimmed["total"] == flops.attention_flops_per_token(TINY, seq_len=4, mem_len=64)["total"]
+    # span 40 + 32 = 72 -> 128 > M: nothing trimmed.
+    full = flops.attention_flops_per_token(config, seq_len=4, mem_len=100, span=40)
+    assert full["total"] == flops.attention_flops_per_token(TINY, seq_len=4, mem_len=100)["total"]
+    out = flops.forward_flops_per_token(config, "af", seq_len=4, mem_len=100, spans=[10])
+    assert out["attention"] == trimmed["total"]
+    with pytest.raises(ValueError, match="spans"):
+        flops.forward_flops_per_token(config, "af", seq_len=4, mem_len=100, spans=[10, 20])
+
+
+def test_relative_to_transformer_xl():
+    ratio = flops.relative_to_transformer_xl(TINY, "ff", seq_len=4, mem_len=4)
+    assert ratio["blocks"] == pytest.approx(2 * DENSE / (ATTENTION + DENSE))
+    total = (2 * DENSE + HEAD_ALL_TAILS) / (ATTENTION + DENSE + HEAD_ALL_TAILS)
+    assert ratio["total"] == pytest.approx(total)
+    same = flops.relative_to_transformer_xl(TINY, "transformer_xl", seq_len=4, mem_len=4)
+    assert same == {"blocks": 1.0, "total": 1.0}
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="architecture"):
+        flops.forward_flops_per_token(TINY, "afx", seq_len=4)
+    with pytest.raises(ValueError, match="seq_len"):
+        flops.forward_flops_per_token(TINY, "af")
+    with pytest.raises(ValueError, match="num_blocks"):
+        flops.relative_to_transformer_xl(TINY.replace(num_blocks=3, architecture="afa"), "afa", seq_len=4)
+
+
+def test_param_count_by_hand():
+    attention = 5 * 8 * 8 + 2 * 8 + 2 * 8  # q k v W_R o, u v, layer norm
+    dense = 2 * 8 * 16 + 16 + 8 + 2 * 8
+    head = 8 * 18 + 18 + (8 * 4 + 4 * 16 + 16) + (8 * 2 + 2 * 32 + 32)
+    embedding = 64 * 8
+    assert flops.param_count(TINY) == embedding + attention + dense + head
+    assert flops.param_count(TINY, "supernet") == embedding + 2 * (attention + dense + 3) + head
+
+
+def test_tail_dims_match_the_adaptive_softmax():
+    from model.adaptive_softmax import tail_dims
+
+    for config in (TINY, TINY.replace(proj_factor=3.0), TINY.replace(proj_dims=(5, 3))):
+        assert flops.tail_dims(config) == tail_dims(config.d_model, 2, config.proj_factor, config.proj_dims)
+
+
+REAL_MODELS = [
+    dict(architecture="supernet"),
+    dict(architecture="supernet", attention="adaptive_span", final_norm=True),
+    dict(architecture="aafi"),
+    dict(architecture="transformer_xl", adaptive_input=True, proj_dims=(6, 3)),
+    dict(architecture="fafa", tie_weights=True),
+    dict(architecture="afaf", cutoffs=(), d_head=5, pre_norm=True),
+    dict(architecture="afia", adaptive_input=True, cutoffs=()),
+]
+
+
+@pytest.mark.parametrize("overrides", REAL_MODELS, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
+def test_param_count_equals_the_built_model(overrides):
+    from model.builder import build_model, preset_config
+
+    config = preset_config("tiny", **overrides)
+    model = build_model(config)
+    trainable = sum(int(v.numpy().size) for v in model.trainable_variables)
+    assert flops.param_count(config) == trainable
+    # count_params also sees the two search-state scalars (tau, search_step).
+    assert model.count_params() == trainable + 2

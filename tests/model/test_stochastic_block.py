@@ -1,0 +1,231 @@
+"""Tests for model/stochastic_block.py against the sub-layers called directly."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from model.adaptive_span import AdaptiveSpanAttention
+from model.stochastic_block import CANDIDATES, StochasticBlock, gumbel_noise
+
+D, N, H, F = 8, 2, 4, 16
+B, T, M = 2, 5, 3
+
+
+def randomize(layer, seed=0, scale=0.4):
+    """Large random weights so candidates differ clearly; arch logits kept."""
+    rng = np.random.default_rng(seed)
+    for weight in layer.weights:
+        if weight.path.endswith("arch_logits") or weight.path.endswith("span"):
+            continue
+        value = rng.normal(0.0, scale, weight.shape)
+        if weight.path.endswith("gamma"):
+            value = 1.0 + value
+        weight.assign(value.astype("float32"))
+
+
+def make_block(seed=0, **overrides):
+    args = dict(d_model=D, num_heads=N, d_head=H, d_ffn=F, seed=seed, block_index=1)
+    args.update(overrides)
+    block = StochasticBlock(**args)
+    block.build((None, None, D))
+    randomize(block, seed)
+    return block
+
+
+@pytest.fixture(scope="module")
+def inputs():
+    rng = np.random.default_rng(42)
+    x = tf.constant(rng.normal(size=(B, T, D)), tf.float32)
+    mem = tf.constant(rng.normal(size=(B, M, D)), tf.float32)
+    return x, mem
+
+
+def candidates(block, x, mem, training):
+    """f_k(x) per candidate, calling the sub-layers directly."""
+    return [
+        block.attention_layer(x, mem, training=training).numpy(),
+        block.dense_layer(x, training=training).numpy(),
+        x.numpy(),
+    ]
+
+
+def test_hard_sample_equals_the_chosen_candidate_exactly(inputs):
+    x, mem = inputs
+    block = make_block(search_mode="hard")
+    outputs = candidates(block, x, mem, training=True)
+    seen = set()
+    for step in range(40):
+        weights = block.mixing_weights(1.0, step, training=True).numpy()
+        choice = int(np.argmax(weights))
+        y = block(x, mem, tau=1.0, step=step, training=True).numpy()
+        np.testing.assert_array_equal(y, outputs[choice])
+        seen.add(choice)
+    assert seen == {0, 1, 2}, "uniform logits should sample every candidate within 40 steps"
+
+
+def test_soft_weights_sum_to_one_and_mix_the_candidates(inputs):
+    x, mem = inputs
+    block = make_block(search_mode="soft")
+    block.arch_logits.assign([0.5, -0.3, 0.1])
+    outputs = candidates(block, x, mem, training=True)
+    for step, tau in [(0, 1.0), (7, 0.3)]:
+        weights = block.mixing_weights(tau, step, training=True).numpy()
+        assert weights.sum() == pytest.approx(1.0, abs=1e-6)
+        noise = gumbel_noise(block.seed, block.block_index, step).numpy()
+        logits = (np.array([0.5, -0.3, 0.1]) + noise) / tau
+        expected_w = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+        np.testing.assert_allclose(weights, expected_w, rtol=1e-5)
+        y = block(x, mem, tau=tau, step=step, training=True).numpy()
+        expected = sum(w * f for w, f in zip(expected_w, outputs))
+        np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("search_mode", ["soft", "hard"])
+def test_gradients_reach_the_architecture_logits(inputs, search_mode):
+    x, mem = inputs
+    block = make_block(search_mode=search_mode)
+    target = tf.constant(np.random.default_rng(1).normal(size=(B, T, D)), tf.float32)
+    for step in range(3):
+        with tf.GradientTape() as tape:
+            y = block(x, mem, tau=1.0, step=step, training=True)
+            loss = tf.reduce_sum(y * target)
+        grad = tape.gradient(loss, block.arch_logits)
+        assert grad is not None and np.abs(grad.numpy()).sum() > 1e-4
+
+
+def test_hard_gradient_is_straight_through_on_the_sampled_weight(inputs):
+    x, mem = inputs
+    block = make_block(search_mode="hard")
+    target = tf.constant(np.random.default_rng(1).normal(size=(B, T, D)), tf.float32)
+    outputs = candidates(block, x, mem, training=True)
+    step = 3
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(block(x, mem, tau=0.7, step=step, training=True) * target)
+    grad = tape.gradient(loss, block.arch_logits).numpy()
+    # d loss / d alpha = (d loss / d w_k) * d w_k / d alpha, d loss / d w_k = <f_k, target>,
+    # d w_k / d alpha_j = w_k (delta_kj - w_j) / tau.
+    w = block.mixing_weights(0.7, step, training=True).numpy()
+    k = int(np.argmax(w))
+    dw = w[k] * ((np.arange(3) == k) - w) / 0.7
+    np.testing.assert_allclose(grad, np.sum(outputs[k] * target.numpy()) * dw, rtol=1e-4)
+
+
+@pytest.mark.parametrize("eval_mode", ["argmax", "expected"])
+def test_evaluation_is_deterministic_and_noise_free(inputs, eval_mode):
+    x, mem = inputs
+    block = make_block(eval_mode=eval_mode, search_mode="hard")
+    logits = np.array([-0.2, 0.9, 0.3], np.float32)
+    block.arch_logits.assign(logits)
+    first = block(x, mem, tau=0.5, step=1, training=False).numpy()
+    second = block(x, mem, tau=2.0, step=99, training=False).numpy()
+    np.testing.assert_array_equal(first, second)
+    outputs = candidates(block, x, mem, training=False)
+    if eval_mode == "argmax":
+        np.testing.assert_array_equal(first, outputs[1])
+    else:
+        probs = np.exp(logits) / np.exp(logits).sum()
+        np.testing.assert_allclose(first, sum(p * f for p, f in zip(probs, outputs)), rtol=1e-5, atol=1e-5)
+
+
+def test_noise_is_a_function_of_seed_block_and_step():
+    same = gumbel_noise(3, 1, 5).numpy()
+    np.testing.assert_array_equal(same, gumbel_noise(3, 1, tf.constant(5, tf.int64)).numpy())
+    assert not np.allclose(same, gumbel_noise(3, 1, 6).numpy())
+    assert not np.allclose(same, gumbel_noise(3, 2, 5).numpy())
+    assert not np.allclose(same, gumbel_noise(4, 1, 5).numpy())
+    # Two separately built blocks with the same (seed, block_index) sample alike.
+    first, second = make_block(seed=3, search_mode="hard"), make_block(seed=3, search_mode="hard")
+    for step in range(5):
+        np.testing.assert_array_equal(
+            first.mixing_weights(1.0, step, True).numpy(), second.mixing_weights(1.0, step, True).numpy()
+        )
+
+
+@pytest.mark.slow
+def test_noise_is_gumbel_and_sampling_follows_softmax():
+    steps = tf.range(1500, dtype=tf.int64)
+
+    def draw(step):
+        return gumbel_noise(0, 0, step)
+
+    sample = tf.function(lambda: tf.map_fn(draw, steps, fn_output_signature=tf.float32))
+    noise = sample().numpy()
+    assert np.all(np.isfinite(noise))
+    assert noise.mean() == pytest.approx(0.5772, abs=0.05)  # Euler-Mascheroni constant
+    assert noise.var() == pytest.approx(np.pi**2 / 6, abs=0.2)
+    # Gumbel-max trick: argmax(alpha + g) ~ softmax(alpha).
+    probs = np.array([0.6, 0.3, 0.1])
+    counts = np.bincount(np.argmax(np.log(probs) + noise, axis=1), minlength=3) / len(noise)
+    np.testing.assert_allclose(counts, probs, atol=0.04)
+
+
+def graph_op_types(block, x, mem, training):
+    fn = tf.function(lambda x, mem: block(x, mem, tau=1.0, step=tf.constant(2, tf.int64), training=training))
+    return {op.type for op in fn.get_concrete_function(x, mem).graph.get_operations()}
+
+
+def test_hard_search_and_argmax_eval_compute_one_candidate_in_a_case(inputs):
+    x, mem = inputs
+    hard = make_block(search_mode="hard", eval_mode="argmax")
+    assert graph_op_types(hard, x, mem, True) & {"Case", "StatelessCase"}
+    assert graph_op_types(hard, x, mem, False) & {"Case", "StatelessCase"}
+    soft = make_block(search_mode="soft", eval_mode="expected")
+    assert not graph_op_types(soft, x, mem, True) & {"Case", "StatelessCase"}
+    # The graph of hard search gives the same value as eager.
+    fn = tf.function(lambda x, mem: hard(x, mem, tau=1.0, step=tf.constant(2, tf.int64), training=True))
+    eager = hard(x, mem, tau=1.0, step=2, training=True).numpy()
+    np.testing.assert_allclose(fn(x, mem).numpy(), eager, atol=1e-6)
+
+
+def test_adaptive_span_candidate_and_mixed_precision(inputs):
+    x, mem = inputs
+    block = StochasticBlock(
+        D, N, H, F, attention="adaptive_span", span_max=8, span_ramp=2, span_init=0.5,
+        search_mode="hard", dtype="mixed_bfloat16",
+    )  # fmt: skip
+    block.build((None, None, D))
+    assert isinstance(block.attention_layer, AdaptiveSpanAttention)
+    assert block.arch_logits.dtype == "float32"
+
+    @tf.function
+    def step(x, mem, i):
+        with tf.GradientTape() as tape:
+            y = block(x, mem, tau=1.0, step=i, training=True)
+            loss = tf.reduce_mean(tf.cast(y, tf.float32) ** 2)
+        return y, tape.gradient(loss, block.arch_logits)
+
+    for i in range(3):
+        y, grad = step(x, mem, tf.constant(i, tf.int64))
+        assert y.dtype == tf.bfloat16 and y.shape == (B, T, D)
+        assert grad.dtype == tf.float32 and np.all(np.isfinite(grad.numpy()))
+    expected = 0.5 * 8 * block.span_loss_coef
+    assert float(block.attention_layer.span_loss()) == pytest.approx(expected)
+
+
+def test_config_round_trip(inputs):
+    x, mem = inputs
+    block = make_block(search_mode="hard", eval_mode="expected", seed=5, block_index=3, clamp_len=2)
+    block.arch_logits.assign([0.1, 0.2, -0.4])
+    config = json.loads(json.dumps(block.get_config()))
+    clone = StochasticBlock.from_config(config)
+    clone.build((None, None, D))
+    clone.set_weights(block.get_weights())
+    assert clone.get_config() == block.get_config()
+    for training in (False, True):
+        np.testing.assert_array_equal(
+            clone(x, mem, tau=1.0, step=4, training=training).numpy(),
+            block(x, mem, tau=1.0, step=4, training=training).numpy(),
+        )
+
+
+def test_invalid_modes_are_named():
+    with pytest.raises(ValueError, match="search_mode"):
+        StochasticBlock(D, N, H, F, search_mode="gumbel")
+    with pytest.raises(ValueError, match="eval_mode"):
+        StochasticBlock(D, N, H, F, eval_mode="sample")
+    with pytest.raises(ValueError, match="attention"):
+        StochasticBlock(D, N, H, F, attention="linear")
+    assert CANDIDATES == ("attention", "dense", "identity")
