@@ -1,0 +1,215 @@
+"""Benchmark: adaptive softmax vs full softmax, forward + backward tokens/s.
+
+For each vocabulary size V and width D, times one training step of the loss
+layer inside `tf.function` (loss, gradients to the layer's weights and to the
+hidden states, as in a real step) for
+
+- `AdaptiveSoftmax.nll` with the given or optimal cutoffs, and
+- a full softmax: `keras.layers.Dense(V)` + `tf.nn.sparse_softmax_cross_entropy_with_logits`,
+
+on B*T = --tokens random hidden states whose targets are sampled from a
+unigram distribution: the real WikiText-2 word ranking for V = 33,278
+(whitespace words plus one <eos> per line of wiki.train.tokens), a Zipf law
+(or --counts_file) otherwise. The two steps are interleaved (alternating which
+goes first) after a warm-up, and medians over --repeats are reported together
+with the ratio measured in the same run and the speed-up the cost model of
+DESIGN.md predicts, `d*V / (d*(c_0+K) + sum_i P_i (d*d_i + d_i*|C_i|))`.
+
+That model counts matmul multiply-adds only. On CPU every logit also pays for
+the bias, the softmax (exp, sums, gradient) and memory traffic, which matters
+when `d_i` is tiny, so a second column adds `s = --logit_cost` multiply-add
+equivalents per logit: `(d+s)*V / ((d+s)*(c_0+K) + sum_i P_i (d*d_i +
+(d_i+s)*|C_i|))`. The default s = 60 is a rough fit to measurements on the
+development machine (several cutoff sets, V = 33,278, D = 128).
+
+Usage (from the repository root):
+    python bench/bench_adaptive_softmax.py [--vocab_sizes=33278,12000]
+        [--d_models=128,256] [--tokens=4096] [--num_tails=3]
+        [--cutoffs=2000,10000] [--repeats=10] [--dtype_policy=float32]
+"""
+
+import collections
+import os
+import pathlib
+import statistics
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+import numpy as np  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+WIKITEXT2_TYPES = 33_278
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("vocab_sizes", ["33278", "12000"], "Vocabulary sizes V.")
+flags.DEFINE_list("d_models", ["128", "256"], "Hidden widths D.")
+flags.DEFINE_integer("tokens", 4096, "Tokens per step (B*T).")
+flags.DEFINE_integer("num_tails", 3, "Tail clusters K for the optimal cutoffs.")
+flags.DEFINE_float("proj_factor", 4.0, "Tail i has width D // proj_factor**i.")
+flags.DEFINE_list("cutoffs", [], "Explicit cutoffs (V excluded) for every V; "
+                  "default: optimal_cuts.optimal_cutoffs, else a fixed default.")
+flags.DEFINE_string("data_dir", str(ROOT.parent / "shared" / "data" / "wikitext-2"),
+                    "Directory holding wiki.train.tokens (for V = 33278).")
+flags.DEFINE_string("counts_file", None, "Counts (one per line, or `token count`) "
+                    "used instead of Zipf for the V equal to their number.")
+flags.DEFINE_float("zipf_exponent", 1.0, "Exponent of the synthetic Zipf law.")
+flags.DEFINE_integer("warmup", 3, "Untimed steps of each kind after tracing.")
+flags.DEFINE_integer("repeats", 10, "Timed steps of each kind (median shown).")
+flags.DEFINE_string("dtype_policy", "float32", "Keras dtype policy, e.g. mixed_bfloat16.")
+flags.DEFINE_float("logit_cost", 60.0, "Per-logit cost s (multiply-add units) "
+                   "of the second predicted column; 0 is the DESIGN.md model.")
+flags.DEFINE_integer("seed", 0, "Seed of the hidden states and targets.")
+
+
+def wikitext2_counts(data_dir):
+    """Descending word counts of wiki.train.tokens (+ one <eos> per line)."""
+    counter = collections.Counter()
+    with open(os.path.join(data_dir, "wiki.train.tokens"), encoding="utf-8") as stream:
+        for line in stream:
+            counter.update(line.split())
+            counter["<eos>"] += 1
+    return np.sort(np.array(list(counter.values()), dtype=np.int64))[::-1]
+
+
+def read_counts(path):
+    """Descending counts from a file of `count` or `token count` lines."""
+    with open(path, encoding="utf-8") as stream:
+        counts = [float(line.split()[-1]) for line in stream if line.strip()]
+    return np.sort(np.array(counts))[::-1]
+
+
+def zipf_counts(size, exponent):
+    return 1e9 / np.arange(1, size + 1) ** exponent
+
+
+def counts_for(vocab_size, file_counts):
+    if file_counts is not None and len(file_counts) == vocab_size:
+        return file_counts, "counts file"
+    if vocab_size == WIKITEXT2_TYPES:
+        counts = wikitext2_counts(FLAGS.data_dir)
+        if len(counts) == vocab_size:
+            return counts, "WikiText-2 train ranking"
+    return zipf_counts(vocab_size, FLAGS.zipf_exponent), f"Zipf s={FLAGS.zipf_exponent}"
+
+
+def choose_cutoffs(counts, d_model):
+    """(cutoffs, source): --cutoffs, optimal_cuts if importable, or a default."""
+    vocab_size = len(counts)
+    if FLAGS.cutoffs:
+        cutoffs = tuple(int(c) for c in FLAGS.cutoffs)
+        if cutoffs[-1] >= vocab_size:
+            raise app.UsageError(f"--cutoffs={FLAGS.cutoffs} must be below V={vocab_size}")
+        return cutoffs, "given"
+    try:
+        import optimal_cuts  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        # Roughly Grave et al.'s choice: a head of ~6% of the types.
+        cutoffs = tuple(c for c in (vocab_size // 16, vocab_size // 4) if c >= 1)
+        return cutoffs, "fixed default (optimal_cuts not importable)"
+    result = optimal_cuts.optimal_cutoffs(
+        counts, FLAGS.num_tails, d_model, proj_factor=FLAGS.proj_factor
+    )
+    return tuple(result.cutoffs), f"optimal_cuts, K={FLAGS.num_tails}"
+
+
+def predicted_speedup(counts, cutoffs, d_model, dims, logit_cost=0.0):
+    """Full-softmax cost over the adaptive one; logit_cost=0 is DESIGN.md's."""
+    probs = np.asarray(counts, np.float64) / np.sum(counts)
+    bounds = (0,) + tuple(cutoffs) + (len(counts),)
+    cost = (d_model + logit_cost) * (bounds[1] + len(cutoffs))
+    for dim, lo, hi in zip(dims, bounds[1:], bounds[2:]):
+        cost += probs[lo:hi].sum() * (d_model * dim + (dim + logit_cost) * (hi - lo))
+    return (d_model + logit_cost) * len(counts) / cost
+
+
+def make_steps(vocab_size, d_model, cutoffs):
+    """Compiled (adaptive_step, full_step), each (hidden, targets) -> loss."""
+    import keras  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+    from model.adaptive_softmax import AdaptiveSoftmax  # pylint: disable=import-outside-toplevel
+
+    adaptive = AdaptiveSoftmax(
+        vocab_size, d_model, cutoffs=cutoffs, proj_factor=FLAGS.proj_factor
+    )
+    dense = keras.layers.Dense(vocab_size, name="full_softmax")
+    dense.build((None, d_model))
+
+    def step_of(loss_fn, variables):
+        @tf.function
+        def step(hidden, targets):
+            with tf.GradientTape() as tape:
+                tape.watch(hidden)
+                loss = tf.reduce_mean(loss_fn(hidden, targets))
+            # Returning the gradients keeps them from being pruned.
+            return loss, tape.gradient(loss, [hidden] + list(variables))
+
+        return step
+
+    def full_nll(hidden, targets):
+        logits = tf.cast(dense(hidden), tf.float32)  # [N, V]
+        return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=targets, logits=logits)
+
+    return (
+        step_of(adaptive.nll, adaptive.trainable_variables),
+        step_of(full_nll, dense.trainable_variables),
+        adaptive.tail_dims,
+    )
+
+
+def time_pair(steps, args):
+    """Median seconds of each step, interleaved with alternating order."""
+    for step in steps:
+        for _ in range(FLAGS.warmup + 1):  # the first call traces
+            step(*args)[0].numpy()
+    times = [[] for _ in steps]
+    for r in range(FLAGS.repeats):
+        order = range(len(steps)) if r % 2 == 0 else reversed(range(len(steps)))
+        for k in order:
+            start = time.perf_counter()
+            steps[k](*args)[0].numpy()
+            times[k].append(time.perf_counter() - start)
+    return [statistics.median(t) for t in times]
+
+
+def main(argv):
+    del argv
+    import keras  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+    keras.mixed_precision.set_global_policy(FLAGS.dtype_policy)
+    file_counts = read_counts(FLAGS.counts_file) if FLAGS.counts_file else None
+    rng = np.random.default_rng(FLAGS.seed)
+    print("command: python " + " ".join(sys.argv))
+    print(f"tf {tf.__version__}, keras {keras.__version__}, policy {FLAGS.dtype_policy}, "
+          f"{FLAGS.tokens} tokens/step, warm-up {FLAGS.warmup}, median of {FLAGS.repeats}")
+    print()
+    print("| V | D | targets | cutoffs (source) | tail dims | adaptive tok/s "
+          f"| full tok/s | measured speed-up | predicted | predicted, s={FLAGS.logit_cost:g} |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for vocab_size in (int(v) for v in FLAGS.vocab_sizes):
+        counts, counts_source = counts_for(vocab_size, file_counts)
+        probs = np.asarray(counts, np.float64) / np.sum(counts)
+        targets = tf.constant(rng.choice(vocab_size, size=FLAGS.tokens, p=probs), tf.int32)
+        for d_model in (int(d) for d in FLAGS.d_models):
+            cutoffs, cut_source = choose_cutoffs(counts, d_model)
+            hidden = tf.constant(rng.normal(size=(FLAGS.tokens, d_model)), tf.float32)
+            adaptive_step, full_step, dims = make_steps(vocab_size, d_model, cutoffs)
+            adaptive_s, full_s = time_pair((adaptive_step, full_step), (hidden, targets))
+            predicted = predicted_speedup(counts, cutoffs, d_model, dims)
+            with_logits = predicted_speedup(counts, cutoffs, d_model, dims, FLAGS.logit_cost)
+            print(f"| {vocab_size} | {d_model} | {counts_source} "
+                  f"| {','.join(map(str, cutoffs))} ({cut_source}) | {','.join(map(str, dims))} "
+                  f"| {FLAGS.tokens / adaptive_s:,.0f} | {FLAGS.tokens / full_s:,.0f} "
+                  f"| {full_s / adaptive_s:.2f}x | {predicted:.2f}x | {with_logits:.2f}x |",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    app.run(main)
