@@ -9,16 +9,21 @@ ranks `[0, c_0)` plus one logit per tail; tail `i = 1..K` predicts ranks
 
 Cost model (expected multiply-adds per token, arXiv 1609.04309 sec. 4):
 
-    cost = g(c_0 + K) * d + o  +  sum_i P_i * (d * g(d_i) + d_i * g(|C_i|) + 2 o)
+    cost = g(c_0 + K) * (d + s) + o
+           + sum_i P_i * (d * g(d_i) + (d_i + s) * g(|C_i|) + 2 o)
 
 with `P_i` the probability mass of tail `i`, `|C_i| = c_i - c_{i-1}`,
-`g(k) = max(k, min_matmul_cols)` and `o = matmul_overhead`. With the defaults
-(`min_matmul_cols=0`, `matmul_overhead=0`) this is exactly
-`d*(c_0 + K) + sum_i P_i * (d*d_i + d_i*|C_i|)`. The GPU options model a
+`g(k) = max(k, min_matmul_cols)`, `o = matmul_overhead` and `s = logit_cost`.
+With the defaults (all three options 0) this is exactly the DESIGN.md model
+`d*(c_0 + K) + sum_i P_i * (d*d_i + d_i*|C_i|)`. `s` charges every computed
+logit a constant beyond its multiply-adds (bias, exp, softmax gradient, memory
+traffic); s ~ 60 fits the real layer on CPU (bench/bench_adaptive_softmax.py)
+and picks much faster cutoffs there than s = 0. The GPU options model a
 device where a product with `k < k0` output columns costs as much as one with
-`k0` columns, plus a fixed launch cost `o` per product, counted with the
-probability that the product runs (1 for the head, `P_i` for each of tail
-`i`'s two products). The full softmax costs `d * g(N) + o` under the same model.
+`k0` columns (logit work included), plus a fixed launch cost `o` per product,
+counted with the probability that the product runs (1 for the head, `P_i` for
+each of tail `i`'s two products). The full softmax computes N logits and
+costs `(d + s) * g(N) + o` under the same model.
 
 Algorithm: an exact dynamic program over the sorted counts. Every option
 above keeps the quadrangle inequality (proof in `_layer_divide_and_conquer`),
@@ -140,11 +145,16 @@ class _CostModel:
     dims: tuple
     min_matmul_cols: int
     matmul_overhead: float
+    logit_cost: float = 0.0
+
+    def logits(self, count, total):
+        """A product computing `count` logits for every token (head, full)."""
+        return total * ((self.d_model + self.logit_cost)
+                        * np.maximum(count, self.min_matmul_cols)
+                        + self.matmul_overhead)
 
     def head(self, c0, total):
-        k = len(self.dims)
-        return total * (self.d_model * np.maximum(c0 + k, self.min_matmul_cols)
-                        + self.matmul_overhead)
+        return self.logits(c0 + len(self.dims), total)
 
     def tail(self, i, prefix, a, b):
         """Cost of tail i (1-based) holding ranks [a, b); a, b broadcast."""
@@ -152,7 +162,8 @@ class _CostModel:
         per_token = (self.d_model * max(dim, self.min_matmul_cols)
                      + 2.0 * self.matmul_overhead)
         return (prefix[b] - prefix[a]) * (
-            per_token + dim * np.maximum(b - a, self.min_matmul_cols))
+            per_token + (dim + self.logit_cost)
+            * np.maximum(b - a, self.min_matmul_cols))
 
 
 def _sorted_counts(counts):
@@ -176,7 +187,7 @@ def _sorted_counts(counts):
 
 
 def _setup(counts, num_tails, d_model, proj_factor, proj_dims,
-           min_matmul_cols, matmul_overhead):
+           min_matmul_cols, matmul_overhead, logit_cost):
     values = _sorted_counts(counts)
     num_tails = _check_int("num_tails", num_tails, 0)
     if num_tails >= values.size:
@@ -187,7 +198,8 @@ def _setup(counts, num_tails, d_model, proj_factor, proj_dims,
         d_model=_check_int("d_model", d_model, 1),
         dims=tail_dims(d_model, num_tails, proj_factor, proj_dims),
         min_matmul_cols=_check_int("min_matmul_cols", min_matmul_cols, 0),
-        matmul_overhead=_check_real("matmul_overhead", matmul_overhead, 0.0))
+        matmul_overhead=_check_real("matmul_overhead", matmul_overhead, 0.0),
+        logit_cost=_check_real("logit_cost", logit_cost, 0.0))
     prefix = np.concatenate([[0.0], np.cumsum(values)])
     return values, prefix, model
 
@@ -201,8 +213,7 @@ def _evaluate(values, prefix, model, cutoffs, method):
     cost = float(model.head(head_end, total))
     for i in range(1, len(bounds) - 1):
         cost += float(model.tail(i, prefix, bounds[i], bounds[i + 1]))
-    full = total * (model.d_model * max(size, model.min_matmul_cols)
-                    + model.matmul_overhead)
+    full = float(model.logits(size, total))
     masses = tuple(float((prefix[b] - prefix[a]) / total)
                    for a, b in zip(bounds, bounds[1:]))
     return CutoffResult(
@@ -217,15 +228,15 @@ def _evaluate(values, prefix, model, cutoffs, method):
 
 
 def cutoff_cost(counts, cutoffs, d_model, proj_factor=4.0, proj_dims=(),
-                min_matmul_cols=0, matmul_overhead=0.0):
+                min_matmul_cols=0, matmul_overhead=0.0, logit_cost=0.0):
     """Evaluates the cost model for given cutoffs.
 
     Args:
         counts: unigram counts, any order (sorted descending internally:
             cutoffs refer to frequency ranks).
         cutoffs: strictly increasing ints in `[1, N)`; `()` is a full softmax.
-        d_model, proj_factor, proj_dims, min_matmul_cols, matmul_overhead: as
-            in `optimal_cutoffs`.
+        d_model, proj_factor, proj_dims, min_matmul_cols, matmul_overhead,
+        logit_cost: as in `optimal_cutoffs`.
 
     Returns:
         CutoffResult with method "given".
@@ -235,7 +246,8 @@ def cutoff_cost(counts, cutoffs, d_model, proj_factor=4.0, proj_dims=(),
     """
     cutoffs = tuple(cutoffs or ())
     values, prefix, model = _setup(counts, len(cutoffs), d_model, proj_factor,
-                                   proj_dims, min_matmul_cols, matmul_overhead)
+                                   proj_dims, min_matmul_cols, matmul_overhead,
+                                   logit_cost)
     for c in cutoffs:
         _check_int("cutoffs", c, 1)
     if any(c >= values.size for c in cutoffs) or any(
@@ -266,18 +278,23 @@ def _layer_divide_and_conquer(f_next, lo, hi, weight):
 
     Why it is exact. Write `w(a, b) = (S_b - S_a) * h(b - a)` for a tail
     holding ranks `[a, b)`, `S` the prefix counts and
-    `h(x) = e + d_i * max(x, k0)` (`e = d*max(d_i, k0) + 2o`): `h` is
-    non-decreasing and convex (a maximum of affine functions). For
+    `h(x) = e + (d_i + s) * max(x, k0)` (`e = d*max(d_i, k0) + 2o`, `s` the
+    logit cost): since `d_i + s >= 0` (`s >= 0` is enforced), `h` is a
+    non-negative multiple of a maximum of affine functions plus a constant,
+    hence non-decreasing and convex for every `k0, o, s >= 0`. (The head term
+    depends on `c_0` alone and never enters a layer.) For
     `a <= b <= c <= e'` split `[a, e')` into `A = [a, b)`, `B = [b, c)`,
     `C = [c, e')` with masses `m_A, m_B, m_C >= 0`. Then
         w(a, e') + w(b, c) - w(a, c) - w(b, e')
           = m_A (h(e'-a) - h(c-a)) + m_C (h(e'-a) - h(e'-b))
             + m_B (h(e'-a) + h(c-b) - h(c-a) - h(e'-b)) >= 0,
     the first two terms by monotonicity, the last by convexity
-    (`e'-a = (c-b) + (b-a) + (e'-c)`). This quadrangle (Monge) inequality
-    holds for every option of the cost model; with `k0 = o = 0` it reads
-    "`(S_b - S_a)(b - a)` is the mass of the square `[a,b)^2` and
-    `d (S_b - S_a)` telescopes".
+    (`e'-a = (c-b) + (b-a) + (e'-c)`, and a convex `h` has
+    `h(x + y + z) + h(y) >= h(x + y) + h(y + z)` for `x, y, z >= 0`). This
+    quadrangle (Monge) inequality holds for every option of the cost model,
+    `logit_cost` included, so divide and conquer stays exact; with
+    `k0 = o = 0` it reads "`(S_b - S_a)(b - a)` is the mass of the square
+    `[a,b)^2` and `(S_b - S_a)` times a constant telescopes".
 
     Consequence: let `opt(a)` be the smallest minimiser b. If `a < a'` had
     `b' = opt(a) > b = opt(a')`, then b is strictly worse than b' for a
@@ -314,7 +331,7 @@ def _layer_divide_and_conquer(f_next, lo, hi, weight):
 
 def optimal_cutoffs(counts, num_tails, d_model, proj_factor=4.0, proj_dims=(),
                     min_head=1, min_matmul_cols=0, matmul_overhead=0.0,
-                    method="auto"):
+                    logit_cost=0.0, method="auto"):
     """Cutoffs minimising the expected adaptive-softmax cost per token.
 
     Exact dynamic program over the frequency-sorted counts, from the last tail
@@ -339,6 +356,10 @@ def optimal_cutoffs(counts, num_tails, d_model, proj_factor=4.0, proj_dims=(),
             as much as this many (0 disables).
         matmul_overhead: GPU model, fixed cost per product (in multiply-adds),
             weighted by the probability that the product runs.
+        logit_cost: extra cost `s >= 0` of every computed logit, in
+            multiply-add equivalents (bias, exp, softmax gradient, memory
+            traffic). 0 is the DESIGN.md multiply-add model; ~60 fits the
+            layer on CPU (bench/bench_adaptive_softmax.py).
         method: "auto" (= "divide_and_conquer") or "quadratic" (plain O(K N^2)
             DP, for verification).
 
@@ -349,7 +370,8 @@ def optimal_cutoffs(counts, num_tails, d_model, proj_factor=4.0, proj_dims=(),
         ValueError: bad counts or options, or an infeasible `min_head`.
     """
     values, prefix, model = _setup(counts, num_tails, d_model, proj_factor,
-                                   proj_dims, min_matmul_cols, matmul_overhead)
+                                   proj_dims, min_matmul_cols, matmul_overhead,
+                                   logit_cost)
     size, num_tails = values.size, len(model.dims)
     min_head = _check_int("min_head", min_head, 1)
     if min_head + num_tails > size:
@@ -383,8 +405,9 @@ def optimal_cutoffs(counts, num_tails, d_model, proj_factor=4.0, proj_dims=(),
     for i in range(1, num_tails):
         cutoffs.append(int(argmins[i][cutoffs[-1]]))
     result = _evaluate(values, prefix, model, cutoffs, method)
-    logging.info("optimal_cutoffs: N=%d K=%d method=%s cutoffs=%s relative "
-                 "cost %.4f in %.3f s", size, num_tails, method, result.cutoffs,
+    logging.info("optimal_cutoffs: N=%d K=%d logit_cost=%g method=%s "
+                 "cutoffs=%s relative cost %.4f in %.3f s", size, num_tails,
+                 model.logit_cost, method, result.cutoffs,
                  result.relative_cost, time.perf_counter() - start)
     return result
 
@@ -479,12 +502,17 @@ def read_data_dir_counts(data_dir):
     return counts
 
 
-def format_table(result):
-    """Human-readable report of a CutoffResult (a multi-line string)."""
+def format_table(result, logit_cost=0.0):
+    """Human-readable report of a CutoffResult (a multi-line string).
+
+    `logit_cost` only labels the cost unit; pass the value the result used.
+    """
     size = sum(result.cluster_size)
+    unit = (f"multiply-add equivalents with {logit_cost:g} per logit"
+            if logit_cost else "multiply-adds")
     lines = [
         f"cutoffs: {','.join(map(str, result.cutoffs)) or '(none: full softmax)'}",
-        f"expected cost per token: {result.cost:,.1f} multiply-adds "
+        f"expected cost per token: {result.cost:,.1f} {unit} "
         f"(full softmax {result.full_softmax_cost:,.1f})",
         f"relative cost: {result.relative_cost:.4f}   predicted speed-up: "
         f"{result.speedup:.2f}x   ({result.method}, N={size:,})",
@@ -518,6 +546,11 @@ def _define_flags():
                          "fewer output columns cost as much as this many.")
     flags.DEFINE_float("matmul_overhead", 0.0, "GPU model: fixed cost (in "
                        "multiply-adds) per matrix product.")
+    flags.DEFINE_float("logit_cost", 0.0, "Extra cost per computed logit "
+                       "(bias, exp, softmax gradient, memory traffic) in "
+                       "multiply-add equivalents, >= 0. 0 = the DESIGN.md "
+                       "multiply-add model; ~60 fits this CPU, per "
+                       "bench/bench_adaptive_softmax.py.")
     flags.DEFINE_enum("method", "auto", METHODS, "Solver (quadratic: slow "
                       "plain DP, for checking).")
     flags.DEFINE_enum("format", "table", FORMATS, "Output format; `flags` "
@@ -548,14 +581,15 @@ def _run(flag_values):
         min_head=flag_values.min_head,
         min_matmul_cols=flag_values.min_matmul_cols,
         matmul_overhead=flag_values.matmul_overhead,
-        method=flag_values.method)
+        logit_cost=flag_values.logit_cost, method=flag_values.method)
     if flag_values.format == "flags":
         return "--cutoffs=" + ",".join(map(str, result.cutoffs))
     if flag_values.format == "json":
         report = dataclasses.asdict(result)
-        report.update(speedup=result.speedup, source=source)
+        report.update(speedup=result.speedup, source=source,
+                      logit_cost=flag_values.logit_cost)
         return json.dumps(report, indent=2)
-    return f"{source}\n{format_table(result)}"
+    return f"{source}\n{format_table(result, flag_values.logit_cost)}"
 
 
 def main(argv):

@@ -22,10 +22,18 @@ equivalents per logit: `(d+s)*V / ((d+s)*(c_0+K) + sum_i P_i (d*d_i +
 (d_i+s)*|C_i|))`. The default s = 60 is a rough fit to measurements on the
 development machine (several cutoff sets, V = 33,278, D = 128).
 
+Without --cutoffs the cutoffs are `optimal_cuts.optimal_cutoffs(...,
+logit_cost=--solver_logit_cost)`, i.e. the minimisers of that same model with
+s = --solver_logit_cost (default 60; 0 gives the DESIGN.md cutoffs). The two
+flags are the same quantity but kept apart on purpose: --solver_logit_cost
+picks the cutoffs, --logit_cost only scores them, so cutoffs chosen with s = 0
+and s = 60 can be compared under one prediction.
+
 Usage (from the repository root):
     python bench/bench_adaptive_softmax.py [--vocab_sizes=33278,12000]
         [--d_models=128,256] [--tokens=4096] [--num_tails=3]
-        [--cutoffs=2000,10000] [--repeats=10] [--dtype_policy=float32]
+        [--cutoffs=2000,10000] [--solver_logit_cost=60] [--repeats=10]
+        [--dtype_policy=float32]
 """
 
 import collections
@@ -64,6 +72,9 @@ flags.DEFINE_integer("repeats", 10, "Timed steps of each kind (median shown).")
 flags.DEFINE_string("dtype_policy", "float32", "Keras dtype policy, e.g. mixed_bfloat16.")
 flags.DEFINE_float("logit_cost", 60.0, "Per-logit cost s (multiply-add units) "
                    "of the second predicted column; 0 is the DESIGN.md model.")
+flags.DEFINE_float("solver_logit_cost", 60.0, "Per-logit cost s passed to "
+                   "optimal_cuts.optimal_cutoffs when --cutoffs is not given; "
+                   "0 is the DESIGN.md multiply-add model.", lower_bound=0.0)
 flags.DEFINE_integer("seed", 0, "Seed of the hidden states and targets.")
 
 
@@ -113,9 +124,11 @@ def choose_cutoffs(counts, d_model):
         cutoffs = tuple(c for c in (vocab_size // 16, vocab_size // 4) if c >= 1)
         return cutoffs, "fixed default (optimal_cuts not importable)"
     result = optimal_cuts.optimal_cutoffs(
-        counts, FLAGS.num_tails, d_model, proj_factor=FLAGS.proj_factor
+        counts, FLAGS.num_tails, d_model, proj_factor=FLAGS.proj_factor,
+        logit_cost=FLAGS.solver_logit_cost,
     )
-    return tuple(result.cutoffs), f"optimal_cuts, K={FLAGS.num_tails}"
+    return tuple(result.cutoffs), (
+        f"optimal_cuts, K={FLAGS.num_tails}, s={FLAGS.solver_logit_cost:g}")
 
 
 def predicted_speedup(counts, cutoffs, d_model, dims, logit_cost=0.0):
@@ -189,6 +202,11 @@ def main(argv):
     print("command: python " + " ".join(sys.argv))
     print(f"tf {tf.__version__}, keras {keras.__version__}, policy {FLAGS.dtype_policy}, "
           f"{FLAGS.tokens} tokens/step, warm-up {FLAGS.warmup}, median of {FLAGS.repeats}")
+    if FLAGS.cutoffs:
+        print(f"cutoffs: given (--cutoffs={','.join(FLAGS.cutoffs)}); the solver is not used")
+    else:
+        print(f"cutoffs: optimal_cuts with solver logit cost s={FLAGS.solver_logit_cost:g} "
+              "(--solver_logit_cost; 0 = DESIGN.md multiply-add model)")
     print()
     print("| V | D | targets | cutoffs (source) | tail dims | adaptive tok/s "
           f"| full tok/s | measured speed-up | predicted | predicted, s={FLAGS.logit_cost:g} |")

@@ -3,8 +3,10 @@
 Times `optimal_cutoffs` (median of --repeats runs) on the WikiText-2 word
 counts (whitespace tokens plus one <eos> per line of wiki.train.tokens,
 N = 33,278) for K = 1..4 tails and on a synthetic Zipf vocabulary the size of
-WikiText-103's (N = 267,735, K = 4), then prints a Markdown table for the
-README. The predicted speed-up is the cost model's, 1 / relative cost; the
+WikiText-103's (N = 267,735, K = 4), plus WikiText-2 rows with
+`logit_cost=60` (the CPU fit of bench/bench_adaptive_softmax.py; K = 2, 3,
+d = 128), then prints a Markdown table for the README. The predicted speed-up
+is the cost model's, 1 / relative cost, under that row's logit cost s; the
 measured speed-up of the layer itself is another benchmark's job.
 
 Usage (from the repository root):
@@ -72,30 +74,33 @@ def main(argv):
     wt2 = wikitext2_counts(FLAGS.data_dir)
     zipf = zipf_counts(WIKITEXT103_TYPES, WIKITEXT103_TOKENS)
     rows = []
-    for name, counts, tails, widths in (
-            ("WikiText-2 words", wt2, (1, 2, 3, 4), (128, 512)),
-            ("Zipf s=1 (WikiText-103 size)", zipf, (4,), (128, 512))):
+    for name, counts, tails, widths, logit_cost in (
+            ("WikiText-2 words", wt2, (1, 2, 3, 4), (128, 512), 0.0),
+            ("Zipf s=1 (WikiText-103 size)", zipf, (4,), (128, 512), 0.0),
+            ("WikiText-2 words", wt2, (2, 3), (128,), 60.0)):
         for d_model in widths:
             for num_tails in tails:
                 result, seconds = timed(FLAGS.repeats, counts, num_tails,
-                                        d_model)
-                rows.append((name, counts.size, num_tails, d_model, result,
-                             seconds, f"median of {FLAGS.repeats}"))
+                                        d_model, logit_cost=logit_cost)
+                rows.append((name, counts.size, num_tails, d_model, logit_cost,
+                             result, seconds, f"median of {FLAGS.repeats}"))
     if FLAGS.quadratic:
         result, seconds = timed(1, wt2, 2, 128, method="quadratic")
-        rows.append(("WikiText-2 words", wt2.size, 2, 128, result, seconds,
-                     "1 run, plain DP"))
+        rows.append(("WikiText-2 words", wt2.size, 2, 128, 0.0, result,
+                     seconds, "1 run, plain DP"))
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"command: python bench/bench_optimal_cuts.py --repeats="
           f"{FLAGS.repeats}{'' if FLAGS.quadratic else ' --noquadratic'}")
     print(f"machine: {os.cpu_count()} CPUs, load average {load:.2f}, "
           f"numpy {np.__version__}\n")
-    print("| counts | N | K | d_model | cutoffs | relative cost | "
-          "predicted speed-up | method | solver time |")
-    print("|---|---:|---:|---:|---|---:|---:|---|---:|")
-    for name, size, num_tails, d_model, result, seconds, note in rows:
+    print("| counts | N | K | d_model | logit cost s | cutoffs | relative cost "
+          "| predicted speed-up | method | solver time |")
+    print("|---|---:|---:|---:|---:|---|---:|---:|---|---:|")
+    for (name, size, num_tails, d_model, logit_cost, result, seconds,
+         note) in rows:
         print(f"| {name} | {size:,} | {num_tails} | {d_model} | "
+              f"{logit_cost:g} | "
               f"{','.join(map(str, result.cutoffs))} | "
               f"{result.relative_cost:.4f} | {result.speedup:.1f}x | "
               f"{result.method} | {seconds * 1000:,.0f} ms ({note}) |")

@@ -23,34 +23,40 @@ def ref_dims(d_model, num_tails, proj_factor):
                  for i in range(1, num_tails + 1))
 
 
-def ref_costs(counts, cuts, d_model, dims, k0=0, overhead=0):
-    """Cost in count units of each row of `cuts` [R, K] (int64 if ints)."""
+def ref_costs(counts, cuts, d_model, dims, k0=0, overhead=0, logit=0):
+    """Cost in count units of each row of `cuts` [R, K] (int64 if ints).
+
+    `logit` is the per-logit cost s: every logit product costs d + s (head)
+    or d_i + s (tail) per output column.
+    """
     sorted_counts = np.sort(np.asarray(counts))[::-1]
     size = sorted_counts.size
     prefix = np.concatenate([[0], np.cumsum(sorted_counts)])
     cuts = np.asarray(cuts, dtype=np.int64).reshape(len(cuts), len(dims))
     edges = np.concatenate([np.zeros((len(cuts), 1), np.int64), cuts,
                             np.full((len(cuts), 1), size)], axis=1)
-    cost = prefix[-1] * (d_model * np.maximum(edges[:, 1] + len(dims), k0)
-                         + overhead)
+    cost = prefix[-1] * ((d_model + logit)
+                         * np.maximum(edges[:, 1] + len(dims), k0) + overhead)
     for i, dim in enumerate(dims, start=1):
         a, b = edges[:, i], edges[:, i + 1]
         cost = cost + (prefix[b] - prefix[a]) * (
-            d_model * max(dim, k0) + 2 * overhead + dim * np.maximum(b - a, k0))
+            d_model * max(dim, k0) + 2 * overhead
+            + (dim + logit) * np.maximum(b - a, k0))
     return cost, prefix[-1]
 
 
-def brute_force(counts, d_model, dims, min_head=1, k0=0, overhead=0):
+def brute_force(counts, d_model, dims, min_head=1, k0=0, overhead=0, logit=0):
     """(cost per token, lexicographically smallest optimal cutoffs)."""
     size = len(counts)
     cuts = np.array(list(itertools.combinations(range(min_head, size),
                                                 len(dims))), dtype=np.int64)
-    cost, total = ref_costs(counts, cuts, d_model, dims, k0, overhead)
+    cost, total = ref_costs(counts, cuts, d_model, dims, k0, overhead, logit)
     best = int(np.argmin(cost))  # First minimum: combinations are sorted.
     return cost[best] / total, tuple(int(c) for c in cuts[best])
 
 
-def plain_dp(counts, d_model, dims, min_head=1, k0=0, overhead=0.0):
+def plain_dp(counts, d_model, dims, min_head=1, k0=0, overhead=0.0,
+             logit=0.0):
     """Minimal cost per token by the plain O(K N^2) DP, run forwards."""
     sorted_counts = np.sort(np.asarray(counts, dtype=np.float64))[::-1]
     size = sorted_counts.size
@@ -58,15 +64,15 @@ def plain_dp(counts, d_model, dims, min_head=1, k0=0, overhead=0.0):
     # best[b]: head plus tails 1..j with the last of them ending at rank b.
     best = np.full(size + 1, np.inf)
     ends = np.arange(min_head, size + 1)
-    best[ends] = prefix[-1] * (d_model * np.maximum(ends + len(dims), k0)
-                               + overhead)
+    best[ends] = prefix[-1] * ((d_model + logit)
+                               * np.maximum(ends + len(dims), k0) + overhead)
     for dim in dims:
         new = np.full(size + 1, np.inf)
         for b in range(1, size + 1):
             a = np.arange(b)
             new[b] = np.min(best[a] + (prefix[b] - prefix[a]) * (
                 d_model * max(dim, k0) + 2 * overhead
-                + dim * np.maximum(b - a, k0)))
+                + (dim + logit) * np.maximum(b - a, k0)))
         best = new
     return best[size] / prefix[-1]
 
@@ -105,6 +111,21 @@ def test_hand_computed_cost():
     assert gpu.cost == pytest.approx(
         (8 * 4 + 1) + 0.5 * (8 * 4 + 4 * 4 + 2) + 0.1 * (8 * 4 + 2 * 4 + 2))
     assert gpu.full_softmax_cost == 33
+    # Logit cost s = 60: every logit costs d + s (head) or d_i + s (tails).
+    cpu = oc.cutoff_cost([2, 4, 1, 3], (1, 3), d_model=8, proj_factor=2.0,
+                         logit_cost=60)
+    assert cpu.cost == pytest.approx((8 + 60) * 3 + 0.5 * (8 * 4 + 64 * 2)
+                                     + 0.1 * (8 * 2 + 62 * 1))  # 291.8
+    assert cpu.full_softmax_cost == 8 * 4 + 60 * 4  # d*V + s*V
+    assert cpu.relative_cost == pytest.approx(291.8 / 272)
+    both = oc.cutoff_cost([2, 4, 1, 3], (1, 3), d_model=8, proj_factor=2.0,
+                          min_matmul_cols=4, matmul_overhead=1.0,
+                          logit_cost=60)
+    assert both.cost == pytest.approx(
+        (68 * 4 + 1) + 0.5 * (8 * 4 + 64 * 4 + 2) + 0.1 * (8 * 4 + 62 * 4 + 2))
+    assert both.full_softmax_cost == 68 * 4 + 1
+    assert oc.cutoff_cost([2, 4, 1, 3], (1, 3), 8, 2.0,
+                          logit_cost=0.0) == result
 
 
 @pytest.mark.parametrize("num_tails", [1, 2, 3])
@@ -144,6 +165,34 @@ def test_options_match_brute_force():
         assert result.cutoffs[0] >= min_head
 
 
+@pytest.mark.parametrize("num_tails", [1, 2, 3])
+def test_logit_cost_matches_brute_force(num_tails):
+    rng = np.random.default_rng(100 + num_tails)
+    for trial in range(80):
+        size = int(rng.integers(num_tails + 1, 41))
+        counts = zipf_counts(rng, size)
+        d_model = int(rng.choice([1, 3, 16, 64, 128]))
+        # Multiples of 0.5 keep the count-unit costs exact in float64.
+        logit = float(rng.choice([0.5, 7, 60, 60, 250, 2000]))
+        if trial % 2:  # Combined with every other option.
+            dims = tuple(int(x) for x in rng.integers(1, 40, num_tails))
+            min_head = int(rng.integers(1, size - num_tails + 1))
+            k0 = int(rng.choice([0, 2, 8, 20]))
+            overhead = int(rng.choice([0, 5, 300]))
+        else:
+            dims = ref_dims(d_model, num_tails, 4.0)
+            min_head, k0, overhead = 1, 0, 0
+        result = oc.optimal_cutoffs(
+            counts, num_tails, d_model, proj_dims=dims, min_head=min_head,
+            min_matmul_cols=k0, matmul_overhead=overhead, logit_cost=logit)
+        cost, cutoffs = brute_force(counts, d_model, dims, min_head, k0,
+                                    overhead, logit)
+        assert result.cutoffs == cutoffs, (counts, d_model, dims, logit, k0)
+        assert result.cost == pytest.approx(cost, rel=1e-12)
+        full = (d_model + logit) * max(size, k0) + overhead
+        assert result.full_softmax_cost == pytest.approx(full, rel=1e-12)
+
+
 def monge_violation(weights):
     """Largest w(a,c) + w(b,e) - w(a,e) - w(b,c) over a <= b <= c <= e."""
     n = weights.shape[0]
@@ -161,7 +210,8 @@ def test_tail_cost_satisfies_quadrangle_inequality():
         model = oc._CostModel(d_model=int(rng.integers(1, 64)),
                               dims=(int(rng.integers(1, 40)),),
                               min_matmul_cols=int(rng.choice([0, 3, 10, 30])),
-                              matmul_overhead=float(rng.choice([0, 7.5])))
+                              matmul_overhead=float(rng.choice([0, 7.5])),
+                              logit_cost=float(rng.choice([0, 1.5, 60])))
         a, b = np.meshgrid(np.arange(23), np.arange(23), indexing="ij")
         # Entries below the diagonal are never read by the inequality.
         weights = np.where(a <= b, model.tail(1, prefix, a, np.maximum(a, b)),
@@ -179,13 +229,17 @@ def test_matches_plain_dp_and_quadratic_method():
     cases = [dict(num_tails=2, d_model=128), dict(num_tails=3, d_model=64),
              dict(num_tails=3, d_model=32, min_head=50, min_matmul_cols=64,
                   matmul_overhead=100.0),
-             dict(num_tails=4, d_model=512, proj_factor=2.0)]
+             dict(num_tails=4, d_model=512, proj_factor=2.0),
+             dict(num_tails=3, d_model=128, logit_cost=60.0),
+             dict(num_tails=2, d_model=32, min_head=20, min_matmul_cols=16,
+                  matmul_overhead=50.0, logit_cost=12.5)]
     for case in cases:
         counts = zipf_counts(rng, int(rng.integers(1800, 2200)), zeros=False)
         dims = ref_dims(case["d_model"], case["num_tails"],
                         case.get("proj_factor", 4.0))
         options = {k: case[k] for k in ("min_head", "min_matmul_cols",
-                                        "matmul_overhead") if k in case}
+                                        "matmul_overhead", "logit_cost")
+                   if k in case}
         fast = oc.optimal_cutoffs(counts, **case)
         slow = oc.optimal_cutoffs(counts, method="quadratic", **case)
         assert (fast.method, slow.method) == ("divide_and_conquer", "quadratic")
@@ -193,11 +247,13 @@ def test_matches_plain_dp_and_quadratic_method():
         reference = plain_dp(counts, case["d_model"], dims,
                              options.get("min_head", 1),
                              options.get("min_matmul_cols", 0),
-                             options.get("matmul_overhead", 0.0))
+                             options.get("matmul_overhead", 0.0),
+                             options.get("logit_cost", 0.0))
         assert fast.cost == pytest.approx(reference, rel=1e-12)
         own, total = ref_costs(counts, [fast.cutoffs], case["d_model"], dims,
                                options.get("min_matmul_cols", 0),
-                               options.get("matmul_overhead", 0.0))
+                               options.get("matmul_overhead", 0.0),
+                               options.get("logit_cost", 0.0))
         assert own[0] / total == pytest.approx(reference, rel=1e-12)
 
 
@@ -223,6 +279,8 @@ def test_no_tails_is_the_full_softmax():
                              matmul_overhead=10.0)
     assert gpu.cost == 16 * 64 + 10 and gpu.relative_cost == 1.0
     assert oc.cutoff_cost([5, 3], (), 16).cost == 32
+    cpu = oc.optimal_cutoffs([5, 0, 3, 3, 1], 0, 16, logit_cost=60.0)
+    assert cpu.cost == cpu.full_softmax_cost == (16 + 60) * 5
 
 
 def test_small_vocabularies_ties_and_zero_counts():
@@ -264,6 +322,14 @@ def test_small_vocabularies_ties_and_zero_counts():
      "min_matmul_cols"),
     (lambda: oc.optimal_cutoffs([3, 2, 1], 1, 8, matmul_overhead=-1.0),
      "matmul_overhead"),
+    (lambda: oc.optimal_cutoffs([3, 2, 1], 1, 8, logit_cost=-1.0),
+     "logit_cost=-1.0 must be finite and >= 0"),
+    (lambda: oc.optimal_cutoffs([3, 2, 1], 1, 8, logit_cost=np.inf),
+     "logit_cost"),
+    (lambda: oc.optimal_cutoffs([3, 2, 1], 1, 8, logit_cost="60"),
+     "logit_cost must be a number"),
+    (lambda: oc.cutoff_cost([3, 2, 1], (1,), 8, logit_cost=-0.5),
+     "logit_cost"),
     (lambda: oc.optimal_cutoffs([3, 2, 1], 1, 8, method="smawk"), "method"),
     (lambda: oc.cutoff_cost([3, 2, 1], (2, 1), 8), "strictly increasing"),
     (lambda: oc.cutoff_cost([3, 2, 1], (1, 3), 8), "strictly increasing"),
@@ -330,6 +396,30 @@ def test_cli_outputs_match_library(tmp_path, project_root):
     assert table.returncode == 0, table.stderr
     assert f"cutoffs: {','.join(map(str, expected.cutoffs))}" in table.stdout
     assert "predicted speed-up" in table.stdout and "tail 3" in table.stdout
+    assert "multiply-adds (full softmax" in table.stdout
+    # --logit_cost reaches the solver, the table and the JSON report.
+    cpu = oc.optimal_cutoffs(counts, 3, 64, logit_cost=60)
+    assert cpu.cutoffs != expected.cutoffs
+    flags = run_cli(f"--data_dir={tmp_path}", "--num_tails=3", "--d_model=64",
+                    "--logit_cost=60", "--format=flags", cwd=project_root)
+    assert flags.returncode == 0, flags.stderr
+    assert flags.stdout == "--cutoffs=" + ",".join(map(str, cpu.cutoffs)) + "\n"
+    table = run_cli(f"--data_dir={tmp_path}", "--num_tails=3", "--d_model=64",
+                    "--logit_cost=60", cwd=project_root)
+    assert table.returncode == 0, table.stderr
+    assert f"cutoffs: {','.join(map(str, cpu.cutoffs))}" in table.stdout
+    assert ("multiply-add equivalents with 60 per logit (full softmax"
+            in table.stdout)
+    report = run_cli(f"--data_dir={tmp_path}", "--num_tails=3", "--d_model=64",
+                     "--logit_cost=60", "--format=json", cwd=project_root)
+    assert report.returncode == 0, report.stderr
+    data = json.loads(report.stdout)
+    assert data["logit_cost"] == 60 and tuple(data["cutoffs"]) == cpu.cutoffs
+    assert data["full_softmax_cost"] == pytest.approx(cpu.full_softmax_cost)
+    help_text = " ".join(run_cli("--help", cwd=project_root).stdout.split())
+    assert ("--logit_cost: Extra cost per computed logit" in help_text
+            and "0 = the DESIGN.md multiply-add model; ~60 fits this CPU"
+            in help_text)
 
 
 @pytest.mark.parametrize("content, args, needle", [
@@ -339,6 +429,8 @@ def test_cli_outputs_match_library(tmp_path, project_root):
     ("10\n5\n", ("--num_tails=2",), "--num_tails=2"),
     ("10\n5\n", ("--d_model=0",), "--d_model=0"),
     ("10\n5\n", ("--proj_factor=0.5",), "--proj_factor"),
+    ("10\n5\n", ("--logit_cost=-1",), "--logit_cost=-1.0 must be"),
+    ("10\n5\n", ("--logit_cost=nan",), "--logit_cost=nan"),
     (None, (), "meta.json"),
 ])
 def test_cli_errors_are_one_line(tmp_path, project_root, content, args, needle):
@@ -399,3 +491,14 @@ def test_wikitext2_words(wikitext2_counts):
     assert result.relative_cost < one.relative_cost < 0.2
     given = oc.cutoff_cost(counts, result.cutoffs, 128)
     assert given == dataclasses.replace(result, method="given")
+    # Logit cost s = 60 (CPU fit): a bigger head and tails, still a local
+    # optimum of the reference cost, and cheaper than the s = 0 cutoffs.
+    cpu = oc.optimal_cutoffs(counts, 3, 128, logit_cost=60)
+    base = ref_costs(counts, [cpu.cutoffs], 128, (32, 8, 2), logit=60)[0][0]
+    neighbours = [np.array(cpu.cutoffs) + m for m in moves if any(m)]
+    assert np.all(ref_costs(counts, neighbours, 128, (32, 8, 2),
+                            logit=60)[0] >= base)
+    assert all(a > b for a, b in zip(cpu.cutoffs, result.cutoffs))
+    old = oc.cutoff_cost(counts, result.cutoffs, 128, logit_cost=60)
+    assert cpu.speedup > 1.5 * old.speedup
+    assert cpu.full_softmax_cost == (128 + 60) * counts.size
