@@ -20,18 +20,18 @@ PRESETS: dict[str, dict] = {
     ),
     # Cutoffs from the real counts of the default 12k sentencepiece build:
     #   python optimal_cuts.py --data_dir=data/wikitext2 --num_tails=2 \
-    #       --d_model=128 --min_head=1000     (predicted 10.7x over a full softmax)
-    # min_head=1000 keeps the frequent pieces at full width; without it the
-    # optimum puts only 35 pieces in the head (43x, but an 8-dim tail for
-    # 24% of the tokens).
+    #       --d_model=128 --logit_cost=60 --min_head=1000
+    # (predicted 8.3x over a full softmax on this CPU's cost model).
+    # min_head=1000 keeps the frequent pieces (77% of tokens) at full width;
+    # without it the optimum shrinks the head to ~100 pieces.
     "wt2_base": dict(
         vocab_size=12000, d_model=128, num_heads=4, d_ffn=512, num_blocks=6, mem_len=16,
-        dropout=0.1, cutoffs=(1000, 2251),
+        dropout=0.1, cutoffs=(1000, 3845),
     ),
     # WikiText-2 is small for this width: more dropout than the base.
     "wt2_large": dict(
         vocab_size=12000, d_model=256, num_heads=8, d_ffn=1024, num_blocks=12, mem_len=64,
-        dropout=0.2, cutoffs=(1000, 2217),  # same command with --d_model=256
+        dropout=0.2, cutoffs=(1000, 3495),  # same command with --d_model=256
     ),
     "enwik8": dict(
         vocab_size=256, d_model=256, num_heads=8, d_ffn=1024, num_blocks=12, mem_len=512,

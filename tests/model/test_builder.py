@@ -27,10 +27,10 @@ def test_preset_values():
     assert (base.vocab_size, base.d_model, base.num_heads, base.d_ffn, base.num_blocks, base.mem_len) == (
         12000, 128, 4, 512, 6, 16,
     )  # fmt: skip
-    assert base.dropout == 0.1 and base.cutoffs == (1000, 2251)
+    assert base.dropout == 0.1 and base.cutoffs == (1000, 3845)
     large = preset_config("wt2_large")
     assert (large.d_model, large.num_heads, large.d_ffn, large.num_blocks) == (256, 8, 1024, 12)
-    assert large.mem_len == 64 and large.cutoffs == (1000, 2217)
+    assert large.mem_len == 64 and large.cutoffs == (1000, 3495)
     enwik8 = preset_config("enwik8")
     assert enwik8.vocab_size == 256 and enwik8.cutoffs == () and enwik8.mem_len == 512
     span = preset_config("enwik8_span")
