@@ -1,0 +1,134 @@
+r"""Generates text from a trained run with the Transformer-XL memory cache.
+
+The prompt is run once; each new token then costs one forward pass of length
+1 over the cached memory. Works for supernets (deterministic evaluation
+architecture) and fixed architectures, with any tokenizer.
+
+Usage:
+    python3 generate.py --model_dir=runs/search --prompt="The game" --num_tokens=50
+    python3 generate.py --model_dir=runs/search --prompt_file=prompt.txt \
+        --top_p=0.9 --temperature=0.8 --seed=1 --num_samples=3
+    python3 generate.py --model_dir=runs/search --prompt="The game" --greedy
+
+Prints the prompt followed by each sample (with a header line per sample when
+--num_samples > 1). Errors a user can cause end in one line `error: ...` on
+stderr and exit status 1.
+"""
+
+import os
+import secrets
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+
+flags.DEFINE_string("model_dir", None, "Run directory written by train.py (config.json, "
+                    "checkpoints, best/).")
+flags.DEFINE_string("checkpoint", "best", "best (best on valid; the latest if the run was "
+                    "never evaluated), latest, or a checkpoint path (ckpt-<step> prefix, "
+                    "absolute or inside --model_dir).")
+flags.DEFINE_string("prompt", "", "Text to continue; empty starts at a line start (<eos>).")
+flags.DEFINE_string("prompt_file", None, "UTF-8 file whose content is the prompt (instead "
+                    "of --prompt).")
+flags.DEFINE_integer("num_tokens", 100, "Tokens to generate per sample (>= 1).")
+flags.DEFINE_float("temperature", 1.0, "Divides the log-probabilities (> 0; < 1 is more "
+                   "conservative).")
+flags.DEFINE_integer("top_k", 0, "Sample among the k most likely tokens (0: all).")
+flags.DEFINE_float("top_p", 1.0, "Nucleus sampling: the smallest most likely set of mass "
+                   ">= top_p, in (0, 1] (1: all).")
+flags.DEFINE_boolean("greedy", False, "Argmax decoding (ignores temperature, top_k, top_p).")
+flags.DEFINE_integer("seed", None, "Seed (>= 0) for a reproducible sample; sample i uses "
+                     "seed + i. Default: random (logged).")
+flags.DEFINE_integer("mem_len", None, "Memory positions per block; default: the run's "
+                     "eval_mem_len (its mem_len if that is 0).")
+flags.DEFINE_integer("chunk_len", None, "Prompt tokens per forward pass; default: the run's "
+                     "seq_len.")
+flags.DEFINE_integer("num_samples", 1, "Samples of the same prompt, generated together.")
+
+FLAGS = flags.FLAGS
+
+
+class FlagError(ValueError):
+    """A flag value or combination the user has to fix."""
+
+
+def _read_prompt():
+    """The prompt text from --prompt or --prompt_file."""
+    if FLAGS.prompt_file is None:
+        return FLAGS.prompt
+    if FLAGS.prompt:
+        raise FlagError("give either --prompt or --prompt_file, not both")
+    try:
+        with open(FLAGS.prompt_file, "rb") as f:
+            data = f.read()
+    except OSError as error:
+        raise FlagError(
+            f"cannot read --prompt_file={FLAGS.prompt_file}: {error.strerror}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise FlagError(f"--prompt_file={FLAGS.prompt_file} is not UTF-8 text (bad byte at "
+                        f"offset {error.start}): convert it to UTF-8") from None
+
+
+def _generate():
+    from serving import generation
+
+    try:
+        generation.check_sampling_args(FLAGS.num_tokens, FLAGS.temperature, FLAGS.top_k,
+                                       FLAGS.top_p, FLAGS.num_samples)
+    except generation.GenerationError as error:
+        raise FlagError(f"--{error}") from None  # messages start with the argument name
+    if FLAGS.mem_len is not None and FLAGS.mem_len < 0:
+        raise FlagError(f"--mem_len={FLAGS.mem_len} must be >= 0")
+    if FLAGS.seed is not None and not 0 <= FLAGS.seed < 2**62 - FLAGS.num_samples:
+        raise FlagError(f"--seed={FLAGS.seed} must be in [0, 2**62)")
+    if FLAGS.chunk_len is not None and FLAGS.chunk_len < 1:
+        raise FlagError(f"--chunk_len={FLAGS.chunk_len} must be >= 1")
+    if not FLAGS.model_dir:
+        raise FlagError("--model_dir is required: the directory of a run trained with train.py")
+    text = _read_prompt()
+    run = generation.load_run(FLAGS.model_dir, FLAGS.checkpoint)
+    try:
+        prompt = generation.encode_prompt(run.tokenizer, text)
+    except generation.GenerationError as error:
+        source = "--prompt" if FLAGS.prompt_file is None else f"--prompt_file={FLAGS.prompt_file}"
+        raise FlagError(f"{source}: {error}") from None
+    if prompt.unknown_words:
+        logging.warning("prompt words unknown to the tokenizer, encoded as <unk>: %s",
+                        " ".join(prompt.unknown_words))
+    seed = secrets.randbits(31) if FLAGS.seed is None else FLAGS.seed
+    if not FLAGS.greedy:
+        logging.info("seed %d (pass --seed=%d to reproduce)", seed, seed)
+    logging.info("checkpoint %s, mem_len %s", run.checkpoint_path,
+                 FLAGS.mem_len if FLAGS.mem_len is not None else run.default_mem_len)
+    tokens = run.decoder(FLAGS.mem_len).generate(
+        prompt.ids, FLAGS.num_tokens, num_samples=FLAGS.num_samples,
+        temperature=FLAGS.temperature, top_k=FLAGS.top_k, top_p=FLAGS.top_p,
+        greedy=FLAGS.greedy, seed=seed,
+        chunk_len=run.config.seq_len if FLAGS.chunk_len is None else FLAGS.chunk_len)
+    for i, row in enumerate(tokens):
+        if FLAGS.num_samples > 1:
+            print(f"=== sample {i} (seed {seed + i}) ===")
+        print(text + generation.continuation_text(run.tokenizer, prompt, row))
+
+
+def main(argv):
+    if len(argv) > 1:
+        print(f"error: unexpected arguments {argv[1:]}; all options are --flags", file=sys.stderr)
+        return 1
+    import data_utils
+    from serving.generation import GenerationError
+
+    try:
+        _generate()
+    except (FlagError, GenerationError, data_utils.DataError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    app.run(main)

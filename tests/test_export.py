@@ -1,0 +1,120 @@
+"""serving.export: the .keras file and the SavedModel reload and give the model's outputs.
+
+The reloads run in a fresh process that imports only TensorFlow for the
+SavedModel and only `keras` plus the `model` package for the .keras file; the
+outputs are compared here with the in-memory model's.
+"""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from test_generation import build_data, make_run
+
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Runs in a child process: io.npz holds the inputs, out.npz receives the outputs.
+RELOAD_SCRIPT = r"""
+import sys
+import numpy as np
+import tensorflow as tf
+
+io = dict(np.load("io.npz", allow_pickle=False))
+out = {}
+serve = tf.saved_model.load("saved").signatures["serve"]
+for name in ("empty", "memory"):
+    result = serve(token_ids=tf.constant(io["ids"]), mems=tf.constant(io[f"mems_{name}"]))
+    out[f"saved_log_probs_{name}"] = result["log_probs"].numpy()
+    out[f"saved_new_mems_{name}"] = result["new_mems"].numpy()
+assert "model" not in sys.modules, "the SavedModel must load without the project's code"
+
+import keras
+import model.transformer_xl  # registers the "par" layers
+
+lm = keras.saving.load_model("lm.keras")
+hidden, new_mems = lm(tf.constant(io["ids"]), list(io["mems_memory"]), training=False)
+out["keras_log_probs"] = lm.log_probs(hidden).numpy()
+out["keras_new_mems"] = np.stack([m.numpy() for m in new_mems])
+out["keras_mem_len"] = np.array(lm.mem_len)
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in
+                ("training", "serving", "data_utils", "pardata"))
+assert not loaded, loaded
+np.savez("out.npz", **out)
+"""
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, shared_data):
+    from serving.generation import load_run
+
+    root = tmp_path_factory.mktemp("export_run")
+    make_run(root / "run", build_data(root, shared_data, "word"))
+    return load_run(root / "run")
+
+
+@pytest.mark.slow
+def test_exports_reload_in_a_clean_process_with_equal_outputs(run, tmp_path):
+    import data_utils
+    import tensorflow as tf
+    from serving import export
+
+    model = run.model
+    assert export.export_keras(run, tmp_path / "lm.keras") == str(tmp_path / "lm.keras")
+    export.export_saved_model(run, str(tmp_path / "saved"), mem_len=6)
+    assert sorted(p for p in os.listdir(tmp_path) if p.startswith(".")) == []  # no temporaries
+
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, model.vocab_size, (2, 5)).astype(np.int32)
+    mems = rng.normal(size=(model.num_mems, 2, 3, model.d_model)).astype(np.float32)
+    empty = np.zeros((model.num_mems, 2, 0, model.d_model), np.float32)
+    np.savez(tmp_path / "io.npz", ids=ids, mems_memory=mems, mems_empty=empty)
+    child = subprocess.run(
+        [sys.executable, "-c", RELOAD_SCRIPT], cwd=tmp_path, capture_output=True, text=True,
+        timeout=300, env=dict(os.environ, PYTHONPATH=PROJECT_ROOT, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert child.returncode == 0, child.stderr[-3000:]
+    out = dict(np.load(tmp_path / "out.npz", allow_pickle=False))
+
+    for name, memory in (("empty", None), ("memory", list(mems))):
+        hidden, new_mems = model(tf.constant(ids), memory, training=False, mem_len=6)
+        np.testing.assert_allclose(out[f"saved_log_probs_{name}"],
+                                   model.log_probs(hidden).numpy(), atol=1e-5)
+        np.testing.assert_allclose(out[f"saved_new_mems_{name}"],
+                                   np.stack([m.numpy() for m in new_mems]), atol=1e-6)
+    # The memory matters, so the comparison above sees it.
+    assert np.abs(out["saved_log_probs_memory"] - out["saved_log_probs_empty"]).max() > 1e-3
+    assert out["saved_new_mems_memory"].shape == (model.num_mems, 2, 6, model.d_model)
+    assert out["saved_new_mems_empty"].shape == (model.num_mems, 2, 5, model.d_model)
+    # The .keras model keeps its config mem_len (8 in the tiny preset).
+    hidden, new_mems = model(tf.constant(ids), list(mems), training=False)
+    assert int(out["keras_mem_len"]) == model.mem_len == 8
+    np.testing.assert_allclose(out["keras_log_probs"], model.log_probs(hidden).numpy(), atol=1e-5)
+    np.testing.assert_allclose(out["keras_new_mems"], np.stack([m.numpy() for m in new_mems]),
+                               atol=1e-6)
+    # The export carries the tokenizer.
+    tokenizer = data_utils.load_tokenizer(str(tmp_path / "saved" / "tokenizer"))
+    text = "the game of the year\n"
+    assert tokenizer.encode(text) == run.tokenizer.encode(text)
+
+
+def test_export_errors_leave_nothing_behind(run, tmp_path):
+    from serving import export
+
+    with pytest.raises(export.ExportError, match=r"must end in \.keras"):
+        export.export_keras(run, tmp_path / "lm.h5")
+    (tmp_path / "lm.keras").write_text("keep me")
+    with pytest.raises(export.ExportError, match="already exists: .*overwrite"):
+        export.export_keras(run, tmp_path / "lm.keras")
+    (tmp_path / "saved").mkdir()
+    with pytest.raises(export.ExportError, match="already exists"):
+        export.export_saved_model(run, tmp_path / "saved")
+    with pytest.raises(export.ExportError, match="does not exist: create it first"):
+        export.export_keras(run, tmp_path / "no" / "lm.keras")
+    with pytest.raises(export.ExportError, match="mem_len=-1"):
+        export.export_saved_model(run, tmp_path / "other", mem_len=-1)
+    assert sorted(os.listdir(tmp_path)) == ["lm.keras", "saved"]
+    assert (tmp_path / "lm.keras").read_text() == "keep me"
+    export.export_keras(run, tmp_path / "lm.keras", overwrite=True)
+    assert (tmp_path / "lm.keras").stat().st_size > 1000
