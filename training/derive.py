@@ -1,0 +1,217 @@
+"""Derivation of a fixed architecture from a searched PAR supernet.
+
+After the search, each block keeps its most probable candidate (argmax of its
+architecture probabilities) and the resulting a/f/i string is trained from
+scratch (Mandava et al. 2020, arXiv 2009.04534, section 3). This module builds
+the derivation report (counts, FLOPs relative to the Transformer-XL with the
+same number of blocks), writes it to the run directory and reads an
+architecture back from a string, a run directory or a file, for
+`train.py --architecture=...`.
+"""
+
+import json
+import os
+
+import numpy as np
+
+from model import flops
+from model.config import ARCHITECTURE_LETTERS
+
+ARCHITECTURE_JSON = "architecture.json"
+ARCHITECTURE_TXT = "architecture.txt"
+_NAMES = {"a": "attention", "f": "dense", "i": "identity"}
+
+
+def architecture_from_probs(arch_probs):
+    """The a/f/i string of the argmax of each block's probabilities.
+
+    Args:
+        arch_probs: [num_blocks, 3] over (attention, dense, identity); ties go
+            to the earlier candidate.
+
+    Returns:
+        str of length num_blocks.
+    """
+    probs = np.asarray(arch_probs, dtype=np.float64)
+    if probs.ndim != 2 or probs.shape[1] != 3 or probs.shape[0] == 0:
+        raise ValueError(f"architecture probabilities must have shape [num_blocks, 3], got {probs.shape}")
+    if not np.all(np.isfinite(probs)):
+        raise ValueError("architecture probabilities contain NaN or inf")
+    return "".join(ARCHITECTURE_LETTERS[i] for i in np.argmax(probs, axis=1))
+
+
+def derivation_report(model_config, arch_probs, seq_len, mem_len, batch_size=None, **flops_kwargs):
+    """Describes the architecture derived from the supernet's probabilities.
+
+    Args:
+        model_config: the supernet's `ModelConfig`.
+        arch_probs: [num_blocks, 3] probabilities (e.g. model.arch_probabilities).
+        seq_len: segment length T the FLOPs are counted for.
+        mem_len: memory length M the FLOPs are counted for.
+        batch_size: optional batch size (amortises the position projection).
+        **flops_kwargs: passed to `model.flops.forward_flops_per_token`
+            (`cluster_mass`, `spans`).
+
+    Returns:
+        JSON-serialisable dict:
+            architecture: derived a/f/i string.
+            counts: {attention, dense, identity} block counts.
+            probabilities: the [num_blocks, 3] input as nested lists.
+            flops_per_token: forward FLOPs per token of the derived model.
+            flops: its per-component breakdown (model/flops.py keys).
+            transformer_xl_flops_per_token: same for "af" * (num_blocks // 2).
+            relative_flops: flops_per_token / transformer_xl_flops_per_token.
+            speedup: the inverse (> 1 means cheaper than Transformer-XL).
+            attention_fraction: attention blocks / num_blocks (PAR reports the
+                total:attention ratio, about 5:1, i.e. 0.2).
+            attention_flops_fraction: share of the derived model's FLOPs spent
+                in attention blocks.
+            params, transformer_xl_params: parameter counts.
+            seq_len, mem_len, batch_size: what the FLOPs were counted for.
+        The Transformer-XL fields are None when num_blocks is odd (no
+        Transformer-XL has that many blocks).
+
+    Raises:
+        ValueError: probabilities of the wrong shape or block count.
+    """
+    arch = architecture_from_probs(arch_probs)
+    if len(arch) != model_config.num_blocks:
+        raise ValueError(
+            f"got probabilities for {len(arch)} blocks but the model has "
+            f"num_blocks={model_config.num_blocks}"
+        )
+    ours = flops.forward_flops_per_token(
+        model_config, arch, seq_len, mem_len, batch_size=batch_size, **flops_kwargs
+    )
+    report = {
+        "architecture": arch,
+        "counts": {name: arch.count(letter) for letter, name in _NAMES.items()},
+        "probabilities": np.asarray(arch_probs, dtype=np.float64).tolist(),
+        "flops_per_token": float(ours["total"]),
+        "flops": {k: float(v) for k, v in ours.items()},
+        "transformer_xl_flops_per_token": None,
+        "relative_flops": None,
+        "speedup": None,
+        "attention_fraction": arch.count("a") / len(arch),
+        "attention_flops_fraction": float(ours["attention"] / ours["total"]) if ours["total"] else 0.0,
+        "params": flops.param_count(model_config, arch),
+        "transformer_xl_params": None,
+        "seq_len": int(seq_len),
+        "mem_len": int(mem_len),
+        "batch_size": None if batch_size is None else int(batch_size),
+    }
+    if model_config.num_blocks % 2 == 0:
+        reference = "af" * (model_config.num_blocks // 2)
+        base = flops.forward_flops_per_token(
+            model_config, reference, seq_len, mem_len, batch_size=batch_size, **flops_kwargs
+        )
+        report["transformer_xl_flops_per_token"] = float(base["total"])
+        report["relative_flops"] = float(ours["total"] / base["total"])
+        report["speedup"] = float(base["total"] / ours["total"])
+        report["transformer_xl_params"] = flops.param_count(model_config, reference)
+    return report
+
+
+def _write_atomic(path, text):
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def write_derivation(model_dir, report):
+    """Writes `architecture.json` (the report) and `architecture.txt` (the string).
+
+    Args:
+        model_dir: run directory (created if missing).
+        report: dict from `derivation_report`.
+
+    Returns:
+        (json_path, txt_path).
+    """
+    arch = _check_string(report.get("architecture"), "report['architecture']")
+    model_dir = os.fspath(model_dir)
+    os.makedirs(model_dir, exist_ok=True)
+    json_path = os.path.join(model_dir, ARCHITECTURE_JSON)
+    txt_path = os.path.join(model_dir, ARCHITECTURE_TXT)
+    _write_atomic(json_path, json.dumps(report, indent=2, sort_keys=True) + "\n")
+    _write_atomic(txt_path, arch + "\n")
+    return json_path, txt_path
+
+
+def _is_arch_string(value):
+    return bool(value) and set(value) <= set(ARCHITECTURE_LETTERS)
+
+
+def _check_string(value, source):
+    if not isinstance(value, str) or not _is_arch_string(value.strip()):
+        raise ValueError(
+            f"{source} is {value!r}, not an architecture string over "
+            "a (attention), f (feed-forward), i (identity)"
+        )
+    return value.strip()
+
+
+def _read_json(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not valid JSON: {err}") from err
+    if not isinstance(data, dict) or "architecture" not in data:
+        raise ValueError(f"{path} has no 'architecture' key (write it with write_derivation)")
+    return _check_string(data["architecture"], f"'architecture' in {path}")
+
+
+def read_architecture(value, num_blocks=None):
+    """Resolves `--architecture`: an a/f/i string, a run directory or a file.
+
+    Args:
+        value: an a/f/i string such as "aafaff"; a run directory holding
+            `architecture.json` (or `architecture.txt`) written at the end of a
+            search; or a path to such a .json file or a text file holding the
+            string.
+        num_blocks: if given, the string must have this many letters.
+
+    Returns:
+        The a/f/i string.
+
+    Raises:
+        ValueError: not a valid string, the file holds no architecture, or the
+            length differs from num_blocks.
+        FileNotFoundError: a path that does not exist, or a run directory
+            without a derived architecture.
+    """
+    value = os.fspath(value).strip()
+    if _is_arch_string(value):
+        arch = value
+    elif os.path.isdir(value):
+        json_path = os.path.join(value, ARCHITECTURE_JSON)
+        txt_path = os.path.join(value, ARCHITECTURE_TXT)
+        if os.path.isfile(json_path):
+            arch = _read_json(json_path)
+        elif os.path.isfile(txt_path):
+            arch = read_architecture(txt_path)
+        else:
+            raise FileNotFoundError(
+                f"{value} holds no {ARCHITECTURE_JSON}: a supernet search writes it when it "
+                "finishes; point --architecture at a finished search run or give the string"
+            )
+    elif os.path.isfile(value):
+        if value.endswith(".json"):
+            arch = _read_json(value)
+        else:
+            with open(value, encoding="utf-8") as f:
+                arch = _check_string(f.read(), f"the content of {value}")
+    elif os.sep in value or value.endswith((".json", ".txt")):
+        raise FileNotFoundError(f"architecture path {value} does not exist")
+    else:
+        raise ValueError(
+            f"architecture {value!r} is neither a string over a (attention), f (feed-forward), "
+            "i (identity) nor an existing run directory or file"
+        )
+    if num_blocks is not None and len(arch) != num_blocks:
+        raise ValueError(
+            f"architecture {arch!r} has {len(arch)} blocks but the model has num_blocks={num_blocks}"
+        )
+    return arch

@@ -1,0 +1,202 @@
+"""Learning-rate schedules and the Gumbel-softmax temperature annealing.
+
+Learning rate: a linear warmup from 0 to `peak_lr` over `warmup_steps`, then a
+decay (cosine, linear or none) that reaches `min_lr` at `decay_steps` (the
+total number of steps, warmup included) and stays there: a run that goes on
+past its planned length never sees the learning rate rise again, unlike a
+periodic cosine.
+
+Temperature: `tau_at` anneals the Gumbel-softmax temperature of the PAR
+supernet (Mandava et al. 2020, arXiv 2009.04534) from `tau_start` to `tau_end`,
+exponentially by default, and holds `tau_end` afterwards.
+"""
+
+import math
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+LR_SCHEDULES = ("cosine", "linear", "constant")
+TAU_SCHEDULES = ("exponential", "linear")
+
+
+def _check_lr_args(peak_lr, warmup_steps, decay_steps, min_lr):
+    if not (_is_python_number(peak_lr) and math.isfinite(peak_lr) and peak_lr > 0):
+        raise ValueError(f"peak_lr must be a finite number > 0, got {peak_lr!r}")
+    if not (_is_python_number(min_lr) and 0 <= min_lr <= peak_lr):
+        raise ValueError(f"min_lr must be in [0, peak_lr={peak_lr}], got {min_lr!r}")
+    for name, value in (("warmup_steps", warmup_steps), ("decay_steps", decay_steps)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+            raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+    if decay_steps < warmup_steps:
+        raise ValueError(
+            f"decay_steps ({decay_steps}) is the total number of steps and must be "
+            f">= warmup_steps ({warmup_steps})"
+        )
+
+
+def _is_python_number(value):
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
+class _WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """Shared warmup and clamping; subclasses define the decay shape."""
+
+    def __init__(self, peak_lr, warmup_steps, decay_steps, min_lr=0.0, name=None):
+        _check_lr_args(peak_lr, warmup_steps, decay_steps, min_lr)
+        self.peak_lr = float(peak_lr)
+        self.warmup_steps = int(warmup_steps)
+        self.decay_steps = int(decay_steps)
+        self.min_lr = float(min_lr)
+        self.name = name or type(self).__name__
+
+    def _decay(self, progress):
+        """Decay factor: 1 at progress 0 (the peak), 0 at progress 1 (the floor)."""
+        raise NotImplementedError
+
+    def __call__(self, step):
+        with tf.name_scope(self.name):
+            step = tf.cast(step, tf.float32)
+            peak = tf.constant(self.peak_lr, tf.float32)
+            floor = tf.constant(self.min_lr, tf.float32)
+            warmup = float(self.warmup_steps)
+            # max(.., 1) keeps the division finite when there is no warmup or
+            # no decay phase; the tf.where below never selects those branches.
+            warm_lr = peak * step / max(warmup, 1.0)
+            span = max(float(self.decay_steps - self.warmup_steps), 1.0)
+            progress = tf.clip_by_value((step - warmup) / span, 0.0, 1.0)
+            decay_lr = floor + (peak - floor) * self._decay(progress)
+            lr = tf.where(step < warmup, warm_lr, decay_lr)
+            # Exactly the floor from decay_steps on, whatever the rounding of
+            # the decay shape at progress 1.
+            return tf.where(step >= float(self.decay_steps), floor, lr)
+
+    def get_config(self):
+        return {
+            "peak_lr": self.peak_lr,
+            "warmup_steps": self.warmup_steps,
+            "decay_steps": self.decay_steps,
+            "min_lr": self.min_lr,
+            "name": self.name,
+        }
+
+
+@keras.saving.register_keras_serializable(package="par")
+class WarmupCosineSchedule(_WarmupDecaySchedule):
+    """Linear warmup to `peak_lr`, cosine decay to `min_lr`, then constant.
+
+    `lr(s) = peak_lr * s / warmup_steps` for `s < warmup_steps`;
+    `lr(s) = min_lr + (peak_lr - min_lr) * (1 + cos(pi * p)) / 2` with
+    `p = (s - warmup_steps) / (decay_steps - warmup_steps)` until `decay_steps`;
+    `lr(s) = min_lr` for `s >= decay_steps`.
+
+    Args:
+        peak_lr: learning rate at the end of warmup (> 0).
+        warmup_steps: steps of linear warmup from 0 (0 = start at the peak).
+        decay_steps: total steps, warmup included, at which `min_lr` is reached.
+        min_lr: floor, held after `decay_steps` (0 <= min_lr <= peak_lr).
+        name: name scope of the ops.
+    """
+
+    def _decay(self, progress):
+        return 0.5 * (1.0 + tf.cos(math.pi * progress))
+
+
+@keras.saving.register_keras_serializable(package="par")
+class WarmupLinearSchedule(_WarmupDecaySchedule):
+    """Linear warmup to `peak_lr`, linear decay to `min_lr` at `decay_steps`.
+
+    Same arguments as `WarmupCosineSchedule`.
+    """
+
+    def _decay(self, progress):
+        return 1.0 - progress
+
+
+@keras.saving.register_keras_serializable(package="par")
+class WarmupConstantSchedule(_WarmupDecaySchedule):
+    """Linear warmup to `peak_lr`, then `peak_lr` until `decay_steps`, then `min_lr`.
+
+    With the default `min_lr` equal to `peak_lr` (see `make_lr_schedule`), the
+    rate stays at the peak for good.
+    """
+
+    def _decay(self, progress):
+        return tf.ones_like(progress)
+
+
+_SCHEDULE_CLASSES = {
+    "cosine": WarmupCosineSchedule,
+    "linear": WarmupLinearSchedule,
+    "constant": WarmupConstantSchedule,
+}
+
+
+def make_lr_schedule(kind, peak_lr, warmup_steps, decay_steps, min_lr=0.0):
+    """Builds the learning-rate schedule named by `kind`.
+
+    Args:
+        kind: "cosine", "linear" or "constant"; all start with a linear warmup.
+        peak_lr: learning rate at the end of warmup.
+        warmup_steps: warmup length in steps.
+        decay_steps: total steps (warmup included) at which `min_lr` is reached.
+        min_lr: floor after the decay; ignored by "constant", which holds
+            `peak_lr` after warmup.
+
+    Returns:
+        A `keras.optimizers.schedules.LearningRateSchedule`.
+
+    Raises:
+        ValueError: unknown kind or inconsistent arguments.
+    """
+    if kind not in _SCHEDULE_CLASSES:
+        raise ValueError(f"unknown learning-rate schedule {kind!r}; expected one of {LR_SCHEDULES}")
+    if kind == "constant":
+        min_lr = peak_lr
+    return _SCHEDULE_CLASSES[kind](peak_lr, warmup_steps, decay_steps, min_lr)
+
+
+def tau_at(step, tau_start, tau_end, anneal_steps, kind="exponential"):
+    """Gumbel-softmax temperature at `step`, annealed from `tau_start` to `tau_end`.
+
+    exponential: `tau_start * (tau_end / tau_start) ** (step / anneal_steps)`;
+    linear: `tau_start + (tau_end - tau_start) * step / anneal_steps`.
+    Exactly `tau_start` at step 0 and exactly `tau_end` from `anneal_steps` on
+    (the annealing never overshoots or restarts).
+
+    Args:
+        step: training step, a Python/NumPy number or a TF tensor/variable.
+        tau_start: temperature at step 0 (> 0).
+        tau_end: temperature from `anneal_steps` on (> 0).
+        anneal_steps: annealing length (>= 0; 0 means `tau_end` at every step).
+        kind: "exponential" or "linear".
+
+    Returns:
+        A Python float for a Python/NumPy step, else a float32 scalar tensor.
+
+    Raises:
+        ValueError: unknown kind or non-positive temperatures.
+    """
+    if kind not in TAU_SCHEDULES:
+        raise ValueError(f"unknown tau schedule {kind!r}; expected one of {TAU_SCHEDULES}")
+    if not (tau_start > 0 and tau_end > 0):
+        raise ValueError(f"tau_start and tau_end must be > 0, got {tau_start} and {tau_end}")
+    if anneal_steps < 0:
+        raise ValueError(f"anneal_steps must be >= 0, got {anneal_steps}")
+    if _is_python_number(step):
+        if step >= anneal_steps:
+            return float(tau_end)
+        frac = max(float(step), 0.0) / anneal_steps
+        if kind == "exponential":
+            return float(tau_start * (tau_end / tau_start) ** frac)
+        return float(tau_start + (tau_end - tau_start) * frac)
+    step = tf.cast(step, tf.float32)
+    frac = tf.clip_by_value(step / max(float(anneal_steps), 1.0), 0.0, 1.0)
+    start = tf.constant(tau_start, tf.float32)
+    if kind == "exponential":
+        # pow(x, 0) is exactly 1, so step 0 gives tau_start bit for bit.
+        tau = start * tf.pow(tf.constant(tau_end / tau_start, tf.float32), frac)
+    else:
+        tau = start + (tau_end - tau_start) * frac
+    return tf.where(step >= float(anneal_steps), tf.constant(tau_end, tf.float32), tau)
