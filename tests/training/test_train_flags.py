@@ -1,0 +1,204 @@
+"""train.py flags -> TrainConfig, --flagfile, and every rejected combination."""
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import types
+
+import pytest
+from absl import flags
+
+import data_utils
+import train as train_cli
+from model.builder import preset_config
+from model.config import ModelConfig
+from training.config import ConfigError, TrainConfig
+
+
+@pytest.fixture
+def parse(tiny_data, tmp_path):
+    """parse(*flags) -> (TrainConfig, overwrite) with --data_dir/--model_dir filled in."""
+
+    def run(*args, data_dir=None):
+        fv = train_cli.define_flags(flags.FlagValues())
+        fv(["train.py", f"--data_dir={data_dir or tiny_data}",
+            f"--model_dir={tmp_path / 'run'}", "--preset=tiny", *args])
+        return train_cli.config_from_flags(fv)
+
+    return run
+
+
+def test_every_config_field_has_a_flag():
+    fv = train_cli.define_flags(flags.FlagValues())
+    for field in dataclasses.fields(ModelConfig):
+        assert field.name == "vocab_size" or field.name in fv, field.name
+    for field in dataclasses.fields(TrainConfig):
+        assert field.name == "model" or field.name in fv, field.name
+
+
+def test_defaults_come_from_preset_data_and_config(parse, tiny_data):
+    config, overwrite = parse()
+    meta = data_utils.load_meta(str(tiny_data))
+    assert not overwrite
+    assert config.model == preset_config("tiny", vocab_size=meta["vocab_size"])
+    assert (config.seq_len, config.batch_size) == (meta["seq_len"], meta["batch_size"])
+    assert config.eval_mem_len == config.model.mem_len
+    defaults = TrainConfig(data_dir="d", model_dir="m", model=config.model)
+    for name in ("learning_rate", "tau_start", "tau_end", "arch_learning_rate",
+                 "arch_weight_decay", "clip_norm", "epochs", "strategy", "precision"):
+        assert getattr(config, name) == getattr(defaults, name), name
+
+
+def test_model_and_training_flags_override(parse):
+    config, overwrite = parse("--d_model=64", "--num_heads=4", "--num_blocks=6",
+                              "--dropout=0.2", "--pre_norm", "--cutoffs=10,100",
+                              "--proj_dims=8,4", "--attention=adaptive_span",
+                              "--search_mode=hard", "--seed=7", "--eval_mem_len=0",
+                              "--learning_rate=0.01", "--tau_schedule=linear", "--overwrite",
+                              "--lr_schedule=linear", "--precision=mixed_bfloat16")
+    model = config.model
+    assert (model.d_model, model.num_heads, model.num_blocks, model.dropout) == (64, 4, 6, 0.2)
+    assert model.pre_norm and model.cutoffs == (10, 100) and model.proj_dims == (8, 4)
+    assert (model.attention, model.search_mode, model.seed) == ("adaptive_span", "hard", 7)
+    assert (config.eval_mem_len, config.learning_rate, config.tau_schedule) == (0, 0.01, "linear")
+    assert (config.lr_schedule, config.precision, overwrite) == ("linear", "mixed_bfloat16", True)
+
+
+def test_cutoffs_none_and_auto(parse, tiny_data):
+    from optimal_cuts import optimal_cutoffs
+
+    assert parse("--cutoffs=none")[0].model.cutoffs == ()
+    config, _ = parse("--cutoffs=auto", "--num_tails=3")
+    counts = data_utils.unigram_counts(str(tiny_data))
+    expected = optimal_cutoffs(counts, 3, config.model.d_model, proj_factor=4.0).cutoffs
+    assert config.model.cutoffs == tuple(expected) and len(expected) == 3
+
+
+def test_flagfile(parse, tmp_path):
+    path = tmp_path / "run.flags"
+    path.write_text("--learning_rate=0.02\n--max_steps=7\n--d_model=48\n--cutoffs=none\n")
+    config, _ = parse(f"--flagfile={path}")
+    assert (config.learning_rate, config.max_steps, config.model.d_model) == (0.02, 7, 48)
+    assert config.model.cutoffs == ()
+
+
+def test_architecture_string_and_paths(parse, tmp_path):
+    config, _ = parse("--architecture=afif")
+    assert (config.model.architecture, config.model.num_blocks) == ("afif", 4)
+    assert not config.is_supernet
+    run = tmp_path / "search"
+    run.mkdir()
+    (run / "architecture.txt").write_text("aaffff\n")
+    config, _ = parse(f"--architecture={run}")
+    assert (config.model.architecture, config.model.num_blocks) == ("aaffff", 6)
+    with pytest.raises(ConfigError, match="--architecture=aff.*num_blocks=4"):
+        parse("--architecture=aff", "--num_blocks=4")
+    with pytest.raises(ConfigError, match="--architecture"):
+        parse(f"--architecture={tmp_path}")  # no architecture.json there
+
+
+@pytest.mark.parametrize("args,pattern", [
+    (["--eval_mem_len=-1"], "--eval_mem_len=-1"),
+    (["--cutoffs=100,300"], r"--cutoffs=100,300 .*vocab_size=256.*--cutoffs=auto"),
+    (["--preset=wt2_base"], r"--cutoffs=\d+,\d+ \(from --preset=wt2_base\).*--cutoffs=auto"),
+    (["--cutoffs=ten"], "--cutoffs=ten must be a comma list"),
+    (["--seq_len=32"], r"--seq_len=32 but .* seq_len=16"),
+    (["--batch_size=8"], r"--batch_size=8 but .* batch_size=4"),
+    (["--d_model=33"], "d_model"),
+    (["--num_cpu_replicas=2"], "--num_cpu_replicas.*--strategy=mirrored"),
+    (["--preset=huge"], "--preset=huge"),
+])
+def test_rejected_flags(parse, args, pattern):
+    with pytest.raises(ConfigError, match=pattern):
+        parse(*args)
+
+
+def test_missing_or_incomplete_data_dir(parse, tiny_data, tmp_path):
+    with pytest.raises(data_utils.DataError, match="meta.json"):
+        parse(data_dir=tmp_path / "nowhere")
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_data, broken)
+    meta = json.loads((broken / "meta.json").read_text())
+    del meta["splits"]["valid"]["words"]
+    (broken / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(data_utils.DataError, match="incomplete"):
+        parse(data_dir=broken)
+
+
+def test_train_rejects_before_writing(parse, tmp_path):
+    from training.loop import train
+
+    config, _ = parse()
+    # A batch of 4 does not split over 3 replicas.
+    three = types.SimpleNamespace(num_replicas_in_sync=3)
+    with pytest.raises(ConfigError, match="not divisible by the 3 replicas"):
+        train(config, strategy=three)
+    assert not os.path.exists(config.model_dir)
+    # A run with another config is there: refused unless --overwrite.
+    os.makedirs(config.model_dir)
+    other = config.replace(model=config.model.replace(d_model=64))
+    other.save()
+    before = sorted(os.listdir(config.model_dir))
+    with pytest.raises(ConfigError, match="different config.*--overwrite"):
+        train(config, strategy=types.SimpleNamespace(num_replicas_in_sync=1))
+    assert sorted(os.listdir(config.model_dir)) == before
+    assert TrainConfig.load(config.model_dir) == other
+
+
+@pytest.mark.slow
+def test_cli_errors_are_one_line_and_write_nothing(tiny_data, tmp_path, subprocess_env):
+    flagfile = tmp_path / "bad.flags"
+    flagfile.write_text(f"--data_dir={tiny_data}\n--model_dir={tmp_path / 'b'}\n"
+                        "--preset=tiny\n--cutoffs=100,300\n")
+    commands = {
+        "missing": ["train.py", f"--data_dir={tmp_path / 'nowhere'}",
+                    f"--model_dir={tmp_path / 'a'}"],
+        "cutoffs": ["train.py", f"--flagfile={flagfile}"],
+    }
+    procs = {k: subprocess.Popen([sys.executable, *args], cwd=subprocess_env["PYTHONPATH"],
+                                 env=subprocess_env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+             for k, args in commands.items()}
+    results = {k: (p.communicate(timeout=300)[1], p.returncode) for k, p in procs.items()}
+    for name, needle in (("missing", "meta.json"), ("cutoffs", "--cutoffs=auto")):
+        stderr, code = results[name]
+        errors = [l for l in stderr.splitlines() if l.startswith("error:")]
+        assert code == 1 and len(errors) == 1 and needle in errors[0], stderr[-2000:]
+        assert "Traceback" not in stderr
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_strategy_errors(monkeypatch):
+    import tensorflow as tf
+    from training.strategy import make_strategy
+
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    with pytest.raises(ConfigError, match="TF_CONFIG"):
+        make_strategy("multi_worker")
+    tf.constant(1.0) + 1.0  # the runtime is up: logical devices are too late now
+    with pytest.raises(ConfigError, match="--num_cpu_replicas=2"):
+        make_strategy("mirrored", num_cpu_replicas=2)
+    with pytest.raises(ConfigError, match="--strategy='nccl'"):
+        make_strategy("nccl")
+    assert make_strategy("default").num_replicas_in_sync == 1
+
+
+def test_overwrite_removes_only_our_files(tmp_path):
+    from training.checkpoint import clear_run
+
+    run, logs = tmp_path / "run", tmp_path / "logs"
+    ours = ["config.json", "checkpoint", "ckpt-5.index", "ckpt-5.data-00000-of-00001",
+            "training_log.log", "metrics.json", "arch_history.json", "architecture.txt"]
+    for name in ours + ["notes.md"]:
+        (run / name).parent.mkdir(parents=True, exist_ok=True)
+        (run / name).write_text("x")
+    (run / "best").mkdir()
+    (run / "best" / "ckpt-3.index").write_text("x")
+    (logs / "train").mkdir(parents=True)
+    (logs / "train" / "events.out.tfevents.1").write_text("x")
+    clear_run(str(run), str(logs))
+    assert sorted(os.listdir(run)) == ["notes.md"]
+    assert not (logs / "train").exists()

@@ -1,0 +1,294 @@
+r"""Trains a PAR Transformer-XL supernet or a fixed architecture.
+
+Flags become one frozen, validated `TrainConfig` (training/config.py), which
+is written to `model_dir/config.json` and handed to `training.loop.train`.
+Running again with the same flags resumes from the last checkpoint.
+
+Usage:
+    python3 train.py --data_dir=data/wikitext2 --model_dir=runs/search
+    python3 train.py --data_dir=data/wikitext2 --model_dir=runs/derived \
+        --architecture=runs/search          # train the derived architecture
+    python3 train.py --flagfile=my_run.flags
+
+Model flags default to the values of `--preset`; `vocab_size` always comes
+from the data, and so do `--seq_len` and `--batch_size` unless given (then
+they must match the data).
+"""
+
+import dataclasses
+import os
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from training import config as c
+from training.config import ConfigError, TrainConfig
+
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)
+             if f.default is not dataclasses.MISSING}
+# Model flags that are parsed from strings by hand.
+_SPECIAL_MODEL_FLAGS = ("architecture", "cutoffs", "proj_dims")
+
+
+_MODEL_HELP = {
+    "d_model": (int, "Model width D."),
+    "num_heads": (int, "Attention heads N."),
+    "d_head": (int, "Head size H (default D / N)."),
+    "d_ffn": (int, "Inner width of the dense (feed-forward) blocks."),
+    "num_blocks": (int, "Blocks (a Transformer-XL layer is two: attention + dense)."),
+    "mem_len": (int, "Memory length M during training."),
+    "clamp_len": (int, "Clamp relative distances to this (< 0: no clamping)."),
+    "dropout": (float, "Dropout on embeddings and block outputs."),
+    "attn_dropout": (float, "Dropout on attention weights."),
+    "pre_norm": (bool, "Pre-norm blocks instead of the paper's post-norm."),
+    "final_norm": (bool, "Layer norm after the last block."),
+    "untie_rel_bias": (bool, "Relative-position biases u, v per layer."),
+    "proj_factor": (float, "Tail cluster i of the adaptive softmax has width "
+                           "d_model / proj_factor^(i+1)."),
+    "adaptive_input": (bool, "Adaptive input embedding with the softmax's clusters."),
+    "tie_weights": (bool, "Share the softmax weights with the input embedding."),
+    "span_max": (int, "Adaptive span: maximum span S."),
+    "span_ramp": (int, "Adaptive span: soft-mask ramp R."),
+    "span_init": (float, "Adaptive span: initial span fraction in [0, 1]."),
+    "span_loss_coef": (float, "Adaptive span: loss coefficient lambda."),
+    "seed": (int, "Seed of initialisation, dropout and Gumbel noise."),
+}
+
+
+def define_flags(fv=flags.FLAGS):
+    """Defines every train.py flag on `fv` (tests use their own FlagValues).
+
+    `--help` lists flags alphabetically; the [group] at the start of each help
+    text says where it belongs.
+    """
+    d = _DEFAULTS
+    group = ""
+
+    def define(kind, name, default, help_, *args):
+        getattr(flags, f"DEFINE_{kind}")(name, default, *args, f"[{group}] {help_}",
+                                         flag_values=fv)
+
+    def from_config(kind, name, help_, *args):
+        define(kind, name, d[name], help_, *args)
+
+    group = "data"
+    define("string", "data_dir", None, "Built dataset (meta.json) from build_data.py.")
+    define("integer", "seq_len", None, "Segment length T (default: the data's; must match).")
+    define("integer", "batch_size", None, "Global batch B (default: the data's; must match).")
+
+    group = "model"  # None takes the preset's value
+    define("string", "preset", d["preset"], "Model preset (model/builder.py PRESETS) that the "
+           "other model flags override.")
+    define("string", "architecture", None, "supernet, transformer_xl, an a/f/i string such "
+           "as afafff, or a finished search run (or its architecture.json/.txt) whose derived "
+           "architecture to train from scratch.")
+    define("string", "cutoffs", None, "Adaptive-softmax cutoffs: a comma list such as "
+           "1000,4000, 'none' (full softmax) or 'auto' (optimal_cuts.py on the training "
+           "unigram counts, --num_tails tails).")
+    define("integer", "num_tails", 2, "Tail clusters for --cutoffs=auto.")
+    define("list", "proj_dims", None, "Explicit tail widths, one per cutoff.")
+    for name, (kind, help_) in _MODEL_HELP.items():
+        kind = {int: "integer", float: "float", bool: "boolean"}[kind]
+        define(kind, name, None, help_ + " Default: the preset's.")
+    define("enum", "attention", None, "Attention kind (default: the preset's).",
+           ["relative", "adaptive_span"])
+    define("enum", "search_mode", None, "Supernet search: soft mixes all candidates, hard "
+           "samples one (straight-through). Default: the preset's.", ["soft", "hard"])
+    define("enum", "eval_mode", None, "Supernet blocks at evaluation (default: the "
+           "preset's).", ["argmax", "expected"])
+    define("integer", "eval_mem_len", None, "Memory length at evaluation, >= 0 (default: "
+           "--mem_len).")
+
+    group = "search"
+    from_config("float", "tau_start", "Gumbel-softmax temperature at step 0.")
+    from_config("float", "tau_end", "Temperature at the end of the annealing.")
+    from_config("enum", "tau_schedule", "Temperature annealing.", c.TAU_SCHEDULES)
+    from_config("integer", "tau_anneal_steps", "Annealing length in steps (0: the whole run).")
+    from_config("integer", "arch_warmup_steps", "Steps before the architecture logits train.")
+    from_config("float", "arch_learning_rate", "Adam learning rate of the architecture logits.")
+    from_config("float", "arch_weight_decay", "L2 weight decay of the architecture logits.")
+    from_config("float", "arch_beta_1", "Adam beta_1 of the architecture optimizer.")
+    from_config("float", "arch_beta_2", "Adam beta_2 of the architecture optimizer.")
+
+    group = "optimisation"
+    from_config("enum", "optimizer", "Weights optimizer: adam (L2 weight decay) or adamw "
+                "(decoupled weight decay).", c.OPTIMIZERS)
+    from_config("float", "learning_rate", "Peak learning rate of the weights.")
+    from_config("float", "weight_decay", "Weight decay of the weight matrices.")
+    from_config("float", "beta_1", "Adam beta_1 of the weights optimizer.")
+    from_config("float", "beta_2", "Adam beta_2 of the weights optimizer.")
+    from_config("float", "epsilon", "Adam epsilon of both optimizers.")
+    from_config("float", "clip_norm", "Global-norm clipping of the weight gradients (0: off).")
+
+    group = "schedule"
+    from_config("enum", "lr_schedule", "Learning rate after the linear warmup.",
+                c.LR_SCHEDULES)
+    from_config("integer", "warmup_steps", "Linear warmup steps.")
+    from_config("integer", "decay_steps", "Step at which --min_lr is reached (0: the end).")
+    from_config("float", "min_lr", "Learning-rate floor.")
+
+    group = "run length"
+    from_config("integer", "epochs", "Passes over the training split (if --max_steps is 0).")
+    from_config("integer", "max_steps", "Total training steps (0: --epochs).")
+
+    group = "evaluation"
+    from_config("integer", "eval_interval", "Evaluate on valid every this many steps (0: "
+                "only at the end).")
+    from_config("integer", "eval_max_records", "Evaluate at most this many records per split "
+                "(0: all; for quick looks).")
+    from_config("integer", "sample_tokens", "Tokens of generated text logged per evaluation.")
+
+    group = "checkpoints"
+    define("string", "model_dir", None, "Run directory (checkpoints, config.json, "
+           "metrics.json); a run found there is resumed.")
+    define("boolean", "overwrite", False, "Discard a previous run in --model_dir.")
+    from_config("integer", "checkpoint_interval", "Save every this many steps (0: at the end).")
+    from_config("integer", "keep_checkpoints", "Last checkpoints kept (the best is kept apart).")
+
+    group = "logging"
+    from_config("integer", "log_interval", "Steps between logged lines and summaries.")
+    define("string", "logdir", None, "TensorBoard directory of this run (default: "
+           "logs/<basename of --model_dir>).")
+
+    group = "distribution"
+    from_config("enum", "strategy", "tf.distribute strategy (multi_worker reads TF_CONFIG).",
+                c.STRATEGIES)
+    from_config("integer", "num_cpu_replicas", "With --strategy=mirrored and no GPU: this "
+                "many logical CPU replicas.")
+    define("string", "tpu", "", "TPU name or address for --strategy=tpu.")
+
+    group = "performance"
+    from_config("enum", "precision", "Keras dtype policy.", c.PRECISIONS)
+    from_config("boolean", "xla", "jit-compile the forward and backward pass.")
+    from_config("boolean", "deterministic", "TensorFlow op determinism (exact resume).")
+    return fv
+
+
+def _model_config(fv, meta):
+    """The ModelConfig from --preset, the model flags and the data's vocab."""
+    from model.builder import PRESETS, preset_config
+    from model.config import ModelConfig
+
+    if fv.preset not in PRESETS:
+        raise ConfigError(f"--preset={fv.preset} is unknown: use one of {sorted(PRESETS)}")
+    vocab = meta["vocab_size"]
+    overrides = {"vocab_size": vocab}
+    for field in dataclasses.fields(ModelConfig):
+        if field.name not in ("vocab_size",) + _SPECIAL_MODEL_FLAGS and \
+                fv[field.name].value is not None:
+            overrides[field.name] = fv[field.name].value
+    if fv.architecture is not None:
+        overrides["architecture"] = _architecture(fv.architecture, overrides)
+    if fv.proj_dims is not None:
+        overrides["proj_dims"] = _int_list("proj_dims", fv.proj_dims)
+    cutoffs = (fv.cutoffs or "").strip().lower()
+    try:
+        if cutoffs == "auto":
+            provisional = preset_config(fv.preset, **{**overrides, "cutoffs": (), "proj_dims": ()})
+            overrides["cutoffs"] = _auto_cutoffs(fv, meta, provisional,
+                                                 overrides.get("proj_dims", ()))
+        elif cutoffs == "none":
+            overrides["cutoffs"] = ()
+        elif cutoffs:
+            overrides["cutoffs"] = _int_list("cutoffs", cutoffs.split(","))
+        chosen = overrides.get("cutoffs", tuple(PRESETS[fv.preset].get("cutoffs", ())))
+        if chosen and (chosen[-1] >= vocab or min(chosen) < 1):
+            source = "--cutoffs" if cutoffs else f"--preset={fv.preset}"
+            raise ConfigError(
+                f"--cutoffs={','.join(map(str, chosen))} (from {source}) do not fit the "
+                f"data's vocab_size={vocab} (each must be in [1, {vocab})): use "
+                "--cutoffs=auto or --cutoffs=none")
+        return preset_config(fv.preset, **overrides)
+    except ValueError as error:
+        if isinstance(error, ConfigError):
+            raise
+        raise ConfigError(f"invalid model flags: {error}") from None
+
+
+def _int_list(name, items):
+    try:
+        return tuple(int(x) for x in items)
+    except ValueError:
+        raise ConfigError(f"--{name}={','.join(items)} must be a comma list of integers"
+                          + (", 'none' or 'auto'" if name == "cutoffs" else "")) from None
+
+
+def _architecture(value, overrides):
+    from training import derive
+
+    if value in ("supernet", "transformer_xl"):
+        return value
+    try:
+        arch = derive.read_architecture(value, overrides.get("num_blocks"))
+    except (ValueError, FileNotFoundError) as error:
+        raise ConfigError(f"--architecture={value}: {error}") from None
+    overrides.setdefault("num_blocks", len(arch))
+    return arch
+
+
+def _auto_cutoffs(fv, meta, model, proj_dims):
+    import data_utils
+    from optimal_cuts import optimal_cutoffs
+
+    counts = data_utils.unigram_counts(fv.data_dir, meta)
+    result = optimal_cutoffs(counts, fv.num_tails, model.d_model,
+                             proj_factor=model.proj_factor, proj_dims=proj_dims)
+    logging.info("--cutoffs=auto: %s (%d tails; %.2fx cheaper than a full softmax)",
+                 ",".join(map(str, result.cutoffs)), fv.num_tails,
+                 result.full_softmax_cost / result.cost if result.cost else 1.0)
+    return tuple(int(x) for x in result.cutoffs)
+
+
+def config_from_flags(fv):
+    """Turns parsed flags into a validated TrainConfig (reads only meta.json).
+
+    Returns:
+        (TrainConfig, overwrite).
+
+    Raises:
+        ConfigError / data_utils.DataError: with a message naming the flag.
+    """
+    import data_utils
+
+    if not fv.data_dir:
+        raise ConfigError("--data_dir is required: the directory build_data.py wrote")
+    if not fv.model_dir:
+        raise ConfigError("--model_dir is required: where checkpoints and logs go")
+    meta = data_utils.load_meta(fv.data_dir)
+    model = _model_config(fv, meta)
+    values = {name: fv[name].value for name in _DEFAULTS if name in fv}
+    values.update(
+        data_dir=fv.data_dir, model_dir=fv.model_dir, model=model,
+        seq_len=meta["seq_len"] if fv.seq_len is None else fv.seq_len,
+        batch_size=meta["batch_size"] if fv.batch_size is None else fv.batch_size,
+        eval_mem_len=model.mem_len if fv.eval_mem_len is None else fv.eval_mem_len,
+        logdir=fv.logdir or "")
+    config = TrainConfig(**values)
+    c.check_data(config, meta)
+    return config, fv.overwrite
+
+
+def main(argv):
+    import data_utils
+    from training.loop import NonFiniteError, train
+
+    if len(argv) > 1:
+        print(f"error: unexpected arguments {argv[1:]}; all options are --flags",
+              file=sys.stderr)
+        return 1
+    try:
+        config, overwrite = config_from_flags(flags.FLAGS)
+        logging.info("config: %s", config)
+        train(config, overwrite=overwrite)
+    except (ConfigError, data_utils.DataError, NonFiniteError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    define_flags()
+    app.run(main)

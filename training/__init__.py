@@ -1,0 +1,14 @@
+"""Training of the PAR Transformer-XL: config, strategies, step, evaluation, logging.
+
+Modules (import what you need; this package imports nothing by itself so that
+`training.config` stays usable without loading TensorFlow):
+    config       TrainConfig and the checks against data, replicas, model_dir.
+    strategy     tf.distribute strategies and row-exact feeding of replicas.
+    checkpoint   exact-resume checkpoints (model, optimizers, memories, RNG).
+    loop         Trainer (step, evaluation, sampling) and train(config).
+    schedules    learning-rate and Gumbel temperature schedules.
+    metrics      perplexity, word perplexity, bits per byte.
+    summaries    TensorBoard writers.
+    plots        architecture history and its plots.
+    derive       derived architecture and its FLOPs report.
+"""

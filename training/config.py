@@ -1,0 +1,385 @@
+"""Frozen, validated configuration of a training run.
+
+`TrainConfig` is built once by `train.py` from its flags, checked in
+`__post_init__`, written to `model_dir/config.json` and handed to
+`training.loop.train`. Every field has the name of its flag, so an error
+message that names a field also names the flag to fix. The model's own
+hyper-parameters live in the nested `ModelConfig` (`model/config.py`).
+
+Checks that need more than the config itself (the built data's meta.json,
+the number of replicas of the strategy, a previous run in `model_dir`) are
+the functions `check_data`, `check_replicas` and `check_resume`; each raises
+`ConfigError` before anything is written.
+"""
+
+import dataclasses
+import json
+import math
+import os
+from typing import Any
+
+from model.config import ModelConfig
+
+CONFIG_FILE = "config.json"
+STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+OPTIMIZERS = ("adam", "adamw")
+# Kept equal to training.schedules.LR_SCHEDULES / TAU_SCHEDULES (a test checks
+# it) so that validating flags does not have to import TensorFlow.
+LR_SCHEDULES = ("cosine", "linear", "constant")
+TAU_SCHEDULES = ("exponential", "linear")
+SPLITS = ("train", "valid", "test")
+
+# Fields that may change when a run is resumed: how long it runs, how often it
+# evaluates, saves and logs. Everything else must match the saved config.
+RESUMABLE_FIELDS = frozenset({
+    "epochs", "max_steps", "eval_interval", "eval_max_records", "eval_mem_len",
+    "sample_tokens", "checkpoint_interval", "keep_checkpoints", "log_interval",
+    "logdir",
+})
+
+
+class ConfigError(ValueError):
+    """A user-fixable problem with the flags, the data or the model directory."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Everything a training run needs besides the data files.
+
+    Attributes:
+        data_dir: built dataset (meta.json, shards, tokenizer).
+        model_dir: checkpoints, config.json, training_log.log, metrics.json.
+        model: the ModelConfig (vocab_size taken from the data).
+        preset: name of the model preset the model fields started from.
+        batch_size: global batch B (rows of the context-batched data).
+        seq_len: segment length T of the built data.
+        eval_mem_len: memory length at evaluation (>= 0).
+        tau_start: Gumbel-softmax temperature at step 0.
+        tau_end: temperature from tau_anneal_steps on.
+        tau_schedule: "exponential" or "linear" annealing.
+        tau_anneal_steps: annealing length; 0 = the whole run.
+        arch_warmup_steps: steps before the architecture logits are updated.
+        arch_learning_rate: Adam learning rate of the architecture logits
+            (1e-2 as in PAR and FBNet).
+        arch_weight_decay: L2 coefficient added to the architecture gradients
+            (5e-4; PyTorch Adam semantics, as PAR/FBNet/DARTS use).
+        arch_beta_1: Adam beta_1 of the architecture optimizer (0.5, the
+            DARTS setting for architecture parameters).
+        arch_beta_2: Adam beta_2 of the architecture optimizer (0.999).
+        optimizer: "adam" (L2 weight decay added to the gradient) or "adamw"
+            (decoupled weight decay) for the weights.
+        learning_rate: peak learning rate of the weights.
+        weight_decay: weight decay of the weights (0 = none); never applied to
+            biases and normalisation scales.
+        beta_1: Adam beta_1 of the weights optimizer.
+        beta_2: Adam beta_2 of the weights optimizer.
+        epsilon: Adam epsilon of both optimizers.
+        clip_norm: global-norm clipping of the weight gradients (0 = off).
+        lr_schedule: "cosine", "linear" or "constant" after the warmup.
+        warmup_steps: linear warmup length.
+        decay_steps: step at which min_lr is reached; 0 = the whole run.
+        min_lr: learning-rate floor.
+        epochs: passes over the training split (used when max_steps is 0).
+        max_steps: total steps; 0 = epochs * records of the training split.
+        eval_interval: evaluate on valid every this many steps (0 = at the end).
+        eval_max_records: cap on evaluated records per split (0 = all).
+        sample_tokens: tokens of generated text logged at evaluation (0 = none).
+        checkpoint_interval: save every this many steps (0 = only at the end).
+        keep_checkpoints: last checkpoints kept (the best is kept apart).
+        log_interval: steps between logged training lines and summaries.
+        logdir: TensorBoard directory of this run.
+        strategy: "default", "mirrored", "multi_worker" or "tpu".
+        num_cpu_replicas: with "mirrored" and no GPU, split the CPU into this
+            many logical devices (0 = off).
+        tpu: TPU address for "tpu" ("" = local).
+        precision: "float32", "mixed_bfloat16" or "mixed_float16".
+        xla: jit-compile the forward and backward pass.
+        deterministic: enable TensorFlow op determinism (exact resume).
+    """
+
+    data_dir: str
+    model_dir: str
+    model: ModelConfig
+    preset: str = "wt2_base"
+    batch_size: int = 32
+    seq_len: int = 32
+    eval_mem_len: int = 16
+    # Architecture search.
+    tau_start: float = 1.0
+    tau_end: float = 0.1
+    tau_schedule: str = "exponential"
+    tau_anneal_steps: int = 0
+    arch_warmup_steps: int = 0
+    arch_learning_rate: float = 1e-2
+    arch_weight_decay: float = 5e-4
+    arch_beta_1: float = 0.5
+    arch_beta_2: float = 0.999
+    # Optimisation of the weights.
+    optimizer: str = "adam"
+    learning_rate: float = 1e-3
+    weight_decay: float = 0.0
+    beta_1: float = 0.9
+    beta_2: float = 0.999
+    epsilon: float = 1e-8
+    clip_norm: float = 0.25
+    # Learning-rate schedule.
+    lr_schedule: str = "cosine"
+    warmup_steps: int = 0
+    decay_steps: int = 0
+    min_lr: float = 0.0
+    # Run length.
+    epochs: int = 20
+    max_steps: int = 0
+    # Evaluation.
+    eval_interval: int = 1000
+    eval_max_records: int = 0
+    sample_tokens: int = 50
+    # Checkpoints and logging.
+    checkpoint_interval: int = 1000
+    keep_checkpoints: int = 3
+    log_interval: int = 100
+    logdir: str = ""
+    # Distribution and performance.
+    strategy: str = "default"
+    num_cpu_replicas: int = 0
+    tpu: str = ""
+    precision: str = "float32"
+    xla: bool = False
+    deterministic: bool = False
+
+    def __post_init__(self):
+        if isinstance(self.model, dict):
+            object.__setattr__(self, "model", ModelConfig.from_dict(self.model))
+        if not isinstance(self.model, ModelConfig):
+            raise ConfigError(f"model must be a ModelConfig, got {type(self.model).__name__}")
+        self._check_types()
+        self._check_values()
+
+    def _check_types(self):
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.type is int:
+                ok = isinstance(value, int) and not isinstance(value, bool)
+                want = "an integer"
+            elif field.type is float:
+                ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+                ok = ok and math.isfinite(value)
+                want = "a finite number"
+            elif field.type is bool:
+                ok = isinstance(value, bool)
+                want = "true or false"
+            elif field.type is str:
+                ok = isinstance(value, str)
+                want = "a string"
+            else:
+                continue
+            if not ok:
+                raise ConfigError(f"--{field.name} must be {want}, got {value!r}")
+
+    def _check_values(self):
+        def require(condition, flag, message):
+            if not condition:
+                raise ConfigError(f"--{flag}={getattr(self, flag)!r}: {message}")
+
+        require(bool(self.data_dir), "data_dir", "give the built dataset directory")
+        require(bool(self.model_dir), "model_dir", "give a directory for checkpoints")
+        for flag in ("batch_size", "seq_len"):
+            require(getattr(self, flag) >= 1, flag, "must be >= 1")
+        require(self.eval_mem_len >= 0, "eval_mem_len",
+                "must be >= 0 (0 evaluates without memory)")
+        require(self.tau_start > 0, "tau_start", "must be > 0")
+        require(self.tau_end > 0, "tau_end", "must be > 0")
+        require(self.tau_schedule in TAU_SCHEDULES, "tau_schedule", f"use one of {TAU_SCHEDULES}")
+        for flag in ("tau_anneal_steps", "arch_warmup_steps", "warmup_steps", "decay_steps",
+                     "max_steps", "eval_interval", "eval_max_records", "sample_tokens",
+                     "checkpoint_interval", "num_cpu_replicas"):
+            require(getattr(self, flag) >= 0, flag, "must be >= 0")
+        for flag in ("arch_learning_rate", "learning_rate"):
+            require(getattr(self, flag) > 0, flag, "must be > 0")
+        for flag in ("arch_weight_decay", "weight_decay", "clip_norm", "min_lr"):
+            require(getattr(self, flag) >= 0, flag, "must be >= 0")
+        for flag in ("arch_beta_1", "arch_beta_2", "beta_1", "beta_2"):
+            require(0 <= getattr(self, flag) < 1, flag, "must be in [0, 1)")
+        require(self.epsilon > 0, "epsilon", "must be > 0")
+        require(self.optimizer in OPTIMIZERS, "optimizer", f"use one of {OPTIMIZERS}")
+        require(self.lr_schedule in LR_SCHEDULES, "lr_schedule", f"use one of {LR_SCHEDULES}")
+        require(self.min_lr <= self.learning_rate, "min_lr",
+                f"must not exceed --learning_rate={self.learning_rate}")
+        require(self.epochs >= 1 or self.max_steps >= 1, "epochs",
+                "must be >= 1 unless --max_steps is given")
+        require(self.keep_checkpoints >= 1, "keep_checkpoints", "must be >= 1")
+        require(self.log_interval >= 1, "log_interval", "must be >= 1")
+        require(self.strategy in STRATEGIES, "strategy", f"use one of {STRATEGIES}")
+        require(self.num_cpu_replicas == 0 or self.strategy == "mirrored", "num_cpu_replicas",
+                "only applies to --strategy=mirrored")
+        require(self.precision in PRECISIONS, "precision", f"use one of {PRECISIONS}")
+        if self.decay_steps:
+            require(self.decay_steps >= self.warmup_steps, "decay_steps",
+                    f"must be >= --warmup_steps={self.warmup_steps} (or 0 for the whole run)")
+
+    @property
+    def is_supernet(self):
+        """bool: the model searches its architecture."""
+        return self.model.architecture == "supernet"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly dict; the model config is nested under "model"."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["model"] = self.model.to_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "TrainConfig":
+        """Inverse of `to_dict`; unknown keys raise a ConfigError listing them."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"unknown TrainConfig field(s) {unknown}; valid: {sorted(known)}")
+        values = dict(values)
+        values["model"] = ModelConfig.from_dict(values["model"])
+        return cls(**values)
+
+    def replace(self, **changes) -> "TrainConfig":
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def save(self, model_dir=None):
+        """Writes config.json (atomically) into model_dir (default: self.model_dir)."""
+        path = os.path.join(model_dir or self.model_dir, CONFIG_FILE)
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(self.to_dict(), f, indent=2, sort_keys=True)
+            f.write("\n")
+        os.replace(tmp, path)
+        return path
+
+    @classmethod
+    def load(cls, model_dir) -> "TrainConfig":
+        """Reads model_dir/config.json."""
+        path = os.path.join(model_dir, CONFIG_FILE)
+        with open(path, encoding="utf-8") as f:
+            return cls.from_dict(json.load(f))
+
+
+def total_steps(config, train_records):
+    """Number of training steps of the run (max_steps or epochs * records)."""
+    return config.max_steps or config.epochs * train_records
+
+
+def check_data(config, meta):
+    """Checks the config against the built data's meta.json.
+
+    Args:
+        config: TrainConfig.
+        meta: dict from data_utils.load_meta.
+
+    Raises:
+        ConfigError: naming the flag and the fix.
+    """
+    where = f"the data in {config.data_dir}"
+    for split in SPLITS:
+        if split not in meta.get("splits", {}):
+            raise ConfigError(f"{where} has no '{split}' split: rebuild it with build_data.py")
+        if meta["splits"][split].get("records", 0) < 1:
+            raise ConfigError(
+                f"{where}: split '{split}' has no complete record (batch_size x seq_len too "
+                "large for it): rebuild with a smaller --batch_size or --seq_len")
+    if config.seq_len != meta["seq_len"]:
+        raise ConfigError(
+            f"--seq_len={config.seq_len} but {where} was built with seq_len={meta['seq_len']}: "
+            "drop --seq_len or rebuild the data with build_data.py --seq_len")
+    if config.batch_size != meta["batch_size"]:
+        raise ConfigError(
+            f"--batch_size={config.batch_size} but {where} was built with batch_size="
+            f"{meta['batch_size']}: drop --batch_size or rebuild the data with that batch size")
+    vocab = meta["vocab_size"]
+    cutoffs = config.model.cutoffs
+    if cutoffs and (cutoffs[-1] >= vocab or cutoffs[0] < 1):
+        raise ConfigError(
+            f"--cutoffs={','.join(map(str, cutoffs))} do not fit the data's vocab_size={vocab} "
+            "(each cutoff must be in [1, vocab_size)): use --cutoffs=auto or --cutoffs=none")
+    if config.model.vocab_size != vocab:
+        raise ConfigError(
+            f"the model's vocab_size={config.model.vocab_size} differs from {where} "
+            f"(vocab_size={vocab}); vocab_size always comes from the data")
+
+
+def check_replicas(config, meta, num_replicas):
+    """Checks that every split's batch splits evenly over the replicas.
+
+    Raises:
+        ConfigError: naming --strategy / --num_cpu_replicas and the fix.
+    """
+    for split in SPLITS:
+        batch = meta["splits"][split].get("batch_size", meta["batch_size"])
+        if batch % num_replicas:
+            raise ConfigError(
+                f"batch size {batch} of split '{split}' is not divisible by the "
+                f"{num_replicas} replicas of --strategy={config.strategy}"
+                + (f" --num_cpu_replicas={config.num_cpu_replicas}"
+                   if config.num_cpu_replicas else "")
+                + ": use a replica count that divides it or rebuild the data with "
+                "build_data.py --batch_size")
+
+
+def incompatible_fields(old, new):
+    """Fields (dotted for the model) that differ and forbid resuming.
+
+    Args:
+        old, new: TrainConfig.
+
+    Returns:
+        Sorted list of field names outside RESUMABLE_FIELDS whose values differ.
+    """
+    old_d, new_d = old.to_dict(), new.to_dict()
+    # The same directory may be spelled differently (relative, symlinked).
+    del old_d["model_dir"], new_d["model_dir"]
+    old_d["data_dir"] = os.path.realpath(old_d["data_dir"])
+    new_d["data_dir"] = os.path.realpath(new_d["data_dir"])
+    diff = [k for k in new_d if k != "model" and k not in RESUMABLE_FIELDS
+            and old_d.get(k) != new_d[k]]
+    diff += [f"model.{k}" for k in new_d["model"] if old_d["model"].get(k) != new_d["model"][k]]
+    return sorted(diff)
+
+
+def check_resume(config, overwrite=False):
+    """Checks that model_dir is empty, holds a compatible run, or may be overwritten.
+
+    Args:
+        config: TrainConfig of the new run.
+        overwrite: the user passed --overwrite.
+
+    Returns:
+        True when a previous run with a compatible config exists (resume),
+        False otherwise (fresh start; with overwrite the old run is discarded).
+
+    Raises:
+        ConfigError: incompatible or unreadable previous config and no overwrite.
+    """
+    path = os.path.join(config.model_dir, CONFIG_FILE)
+    if not os.path.exists(path):
+        return False
+    if overwrite:
+        return False
+    try:
+        old = TrainConfig.load(config.model_dir)
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ConfigError(
+            f"--model_dir={config.model_dir} holds an unreadable {CONFIG_FILE} ({error}): "
+            "pass --overwrite to start a new run there or choose another --model_dir") from None
+    diff = incompatible_fields(old, config)
+    if diff:
+        shown = ", ".join(
+            f"{k}: {_field(old, k)!r} -> {_field(config, k)!r}" for k in diff[:6])
+        raise ConfigError(
+            f"--model_dir={config.model_dir} holds a run with a different config ({shown}"
+            f"{', ...' if len(diff) > 6 else ''}): pass --overwrite to start over, or use "
+            "another --model_dir")
+    return True
+
+
+def _field(config, dotted):
+    if dotted.startswith("model."):
+        return getattr(config.model, dotted[len("model."):])
+    return getattr(config, dotted)

@@ -1,0 +1,161 @@
+"""tf.distribute strategies and the row-exact feeding of context-batched data.
+
+Context batching (DESIGN.md section 2) makes row b of batch t+1 continue row b
+of batch t, so a replica's memory is only valid if the replica always sees the
+same rows. The host therefore reads the *global* batch `[B, T]` and gives
+replica r (its id in the sync group, global across workers) rows
+`[r*B/R, (r+1)*B/R)` with `experimental_distribute_values_from_function`.
+Multi-worker runs read the same global batch on every worker; each worker's
+replicas take the rows of their global replica ids.
+
+Memories stay per replica (PerReplica values threaded through `strategy.run`)
+between steps. For checkpoints they are gathered into global `[B, M, D]`
+tensors (`gather_rows`) and split again on restore (`distribute_rows`), so a
+checkpoint does not depend on the number of replicas that wrote it.
+"""
+
+import os
+
+from absl import logging
+import tensorflow as tf
+
+import data_utils
+from training.config import STRATEGIES, ConfigError
+
+
+
+def make_strategy(name, num_cpu_replicas=None, tpu=""):
+    """Creates the tf.distribute strategy named by --strategy.
+
+    Must run before TensorFlow executes any op: logical CPU devices and
+    collective ops can only be configured before the runtime starts.
+
+    Args:
+        name: "default" (one device), "mirrored" (all local GPUs, or
+            num_cpu_replicas logical CPUs), "multi_worker"
+            (MultiWorkerMirroredStrategy from TF_CONFIG) or "tpu".
+        num_cpu_replicas: with "mirrored", split the first CPU into this many
+            logical devices and mirror over them (testing without GPUs).
+        tpu: TPU name or address for "tpu" ("" = the local TPU).
+
+    Returns:
+        A tf.distribute.Strategy.
+
+    Raises:
+        ConfigError: unknown name, missing TF_CONFIG, or a runtime that is
+            already initialised.
+    """
+    if name == "default":
+        return tf.distribute.get_strategy()
+    if name == "mirrored":
+        if num_cpu_replicas:
+            return _mirrored_cpu(num_cpu_replicas)
+        gpus = tf.config.list_logical_devices("GPU")
+        logging.info("mirrored strategy over %d GPU(s)", len(gpus))
+        return tf.distribute.MirroredStrategy()
+    if name == "multi_worker":
+        if not os.environ.get("TF_CONFIG"):
+            raise ConfigError(
+                "--strategy=multi_worker needs the TF_CONFIG environment variable "
+                '(e.g. {"cluster": {"worker": ["host1:port", "host2:port"]}, '
+                '"task": {"type": "worker", "index": 0}}) on every worker')
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    if name == "tpu":
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        return tf.distribute.TPUStrategy(resolver)
+    raise ConfigError(f"--strategy={name!r}: use one of {STRATEGIES}")
+
+
+def _mirrored_cpu(num_replicas):
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    try:
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * num_replicas)
+    except RuntimeError as error:
+        raise ConfigError(
+            f"--num_cpu_replicas={num_replicas}: TensorFlow was initialised before the "
+            f"strategy was created ({error}); create the strategy first") from None
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")]
+    logging.info("mirrored strategy over %d logical CPU devices", len(devices))
+    # NCCL needs GPUs; reduce on one device, which is exact for two replicas.
+    return tf.distribute.MirroredStrategy(
+        devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+
+
+def num_replicas(strategy):
+    """int: replicas in sync over all workers."""
+    return strategy.num_replicas_in_sync
+
+
+def is_chief(strategy):
+    """bool: this worker writes files (checkpoints, logs, metrics)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return True
+    task_type, task_id = resolver.task_type, resolver.task_id
+    if task_type in (None, "chief"):
+        return True
+    has_chief = "chief" in resolver.cluster_spec().as_dict()
+    return task_type == "worker" and task_id == 0 and not has_chief
+
+
+def worker_id(strategy):
+    """int: index of this worker (0 without multi-worker)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return 0
+    return int(resolver.task_id or 0)
+
+
+def distribute_rows(strategy, values):
+    """Gives each replica its fixed rows of global tensors.
+
+    Args:
+        strategy: the strategy.
+        values: a nested structure of tensors, each [B, ...] with the same B.
+
+    Returns:
+        The same structure of PerReplica values; replica r holds rows
+        [r*B/R, (r+1)*B/R). With one replica the input is returned as is.
+    """
+    replicas = strategy.num_replicas_in_sync
+    if replicas == 1:
+        return values
+    flat = tf.nest.flatten(values)
+    batch = int(flat[0].shape[0])
+
+    def value_fn(context):
+        lo, hi = data_utils.replica_rows(batch, context.num_replicas_in_sync,
+                                         context.replica_id_in_sync_group)
+        return tf.nest.map_structure(lambda v: v[lo:hi], values)
+
+    return strategy.experimental_distribute_values_from_function(value_fn)
+
+
+def gather_rows(strategy, values):
+    """Inverse of `distribute_rows`: global tensors from per-replica rows.
+
+    Collective under multi-worker: every worker must call it.
+
+    Args:
+        strategy: the strategy.
+        values: a nested structure of PerReplica values (or tensors with one
+            replica).
+
+    Returns:
+        The same structure of tensors [B, ...], rows in replica order.
+    """
+    if strategy.num_replicas_in_sync == 1:
+        return tf.nest.map_structure(
+            lambda v: strategy.experimental_local_results(v)[0]
+            if isinstance(v, tf.distribute.DistributedValues) else v, values)
+    return tf.nest.map_structure(lambda v: strategy.gather(v, axis=0), values)
+
+
+def first_local(strategy, value):
+    """The value of the first local replica (for values equal on all replicas)."""
+    if isinstance(value, tf.distribute.DistributedValues):
+        return strategy.experimental_local_results(value)[0]
+    return value
