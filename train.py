@@ -88,6 +88,12 @@ def define_flags(fv=flags.FLAGS):
            "1000,4000, 'none' (full softmax) or 'auto' (optimal_cuts.py on the training "
            "unigram counts, --num_tails tails).")
     define("integer", "num_tails", 2, "Tail clusters for --cutoffs=auto.")
+    define("float", "cutoff_logit_cost", 60.0, "--cutoffs=auto cost model: multiply-add "
+           "equivalents per computed logit (0 = pure multiply-add model of DESIGN.md; ~60 "
+           "fits a CPU, see bench/bench_adaptive_softmax.py).")
+    define("integer", "cutoff_min_head", 1000, "--cutoffs=auto: smallest head (frequent "
+           "tokens kept at full width); lowered to leave room for the tails on small "
+           "vocabularies.")
     define("list", "proj_dims", None, "Explicit tail widths, one per cutoff.")
     for name, (kind, help_) in _MODEL_HELP.items():
         kind = {int: "integer", float: "float", bool: "boolean"}[kind]
@@ -233,11 +239,14 @@ def _auto_cutoffs(fv, meta, model, proj_dims):
     from optimal_cuts import optimal_cutoffs
 
     counts = data_utils.unigram_counts(fv.data_dir, meta)
+    # The head must leave at least one id for each tail.
+    min_head = max(1, min(fv.cutoff_min_head, len(counts) - fv.num_tails))
     result = optimal_cutoffs(counts, fv.num_tails, model.d_model,
-                             proj_factor=model.proj_factor, proj_dims=proj_dims)
-    logging.info("--cutoffs=auto: %s (%d tails; %.2fx cheaper than a full softmax)",
-                 ",".join(map(str, result.cutoffs)), fv.num_tails,
-                 result.full_softmax_cost / result.cost if result.cost else 1.0)
+                             proj_factor=model.proj_factor, proj_dims=proj_dims,
+                             min_head=min_head, logit_cost=fv.cutoff_logit_cost)
+    logging.info("--cutoffs=auto: %s (%d tails, head >= %d, logit cost %g; %.2fx cheaper "
+                 "than a full softmax)", ",".join(map(str, result.cutoffs)), fv.num_tails,
+                 min_head, fv.cutoff_logit_cost, result.speedup)
     return tuple(int(x) for x in result.cutoffs)
 
 

@@ -71,10 +71,17 @@ def test_cutoffs_none_and_auto(parse, tiny_data):
     from optimal_cuts import optimal_cutoffs
 
     assert parse("--cutoffs=none")[0].model.cutoffs == ()
-    config, _ = parse("--cutoffs=auto", "--num_tails=3")
+    config, _ = parse("--cutoffs=auto", "--num_tails=3", "--cutoff_min_head=5",
+                      "--cutoff_logit_cost=0")
     counts = data_utils.unigram_counts(str(tiny_data))
-    expected = optimal_cutoffs(counts, 3, config.model.d_model, proj_factor=4.0).cutoffs
+    expected = optimal_cutoffs(counts, 3, config.model.d_model, proj_factor=4.0,
+                               min_head=5).cutoffs
     assert config.model.cutoffs == tuple(expected) and len(expected) == 3
+    # Defaults: the CPU cost model and a head clipped to fit the small vocabulary.
+    config, _ = parse("--cutoffs=auto")
+    expected = optimal_cutoffs(counts, 2, config.model.d_model, proj_factor=4.0,
+                               min_head=min(1000, len(counts) - 2), logit_cost=60.0).cutoffs
+    assert config.model.cutoffs == tuple(expected) and expected[0] >= min(1000, len(counts) - 2)
 
 
 def test_flagfile(parse, tmp_path):
