@@ -13,6 +13,7 @@ with `FF(x) = Dropout(Dense_D(Dropout(act(Dense_F(x)))))`.
 
 import keras
 
+from model.dropout import FastDropout
 from model.relative_attention import clone_initializer
 
 
@@ -23,7 +24,8 @@ class PositionwiseFeedForward(keras.layers.Layer):
     Args:
         d_model: int, model width D.
         d_ffn: int, inner width F.
-        dropout: float, dropout after the activation and after the output.
+        dropout: float, dropout after the activation and after the output
+            (`FastDropout`: the rate is quantised to a multiple of 1/256).
         pre_norm: bool, pre-norm instead of post-norm.
         activation: activation of the inner layer (name or Keras activation).
         layer_norm_epsilon: float, epsilon of the layer norm.
@@ -72,10 +74,10 @@ class PositionwiseFeedForward(keras.layers.Layer):
             dtype=self.dtype_policy,
             name="output_dense",
         )  # [B, T, F] -> [B, T, D]
-        self.inner_dropout = keras.layers.Dropout(
+        self.inner_dropout = FastDropout(
             self.dropout, dtype=self.dtype_policy, name="inner_dropout"
         )
-        self.output_dropout = keras.layers.Dropout(
+        self.output_dropout = FastDropout(
             self.dropout, dtype=self.dtype_policy, name="output_dropout"
         )
         self.layer_norm = keras.layers.LayerNormalization(

@@ -27,6 +27,8 @@ import math
 import keras
 import tensorflow as tf
 
+from model.dropout import FastDropout
+
 # Added to masked logits (in float32) so their softmax weight is exactly 0;
 # finite rather than -inf so a fully masked row could never produce NaN.
 _MASK_VALUE = -1e30
@@ -90,7 +92,9 @@ def rel_shift(x):
     rank = len(x.shape)
     padded = tf.pad(x, [[0, 0]] * (rank - 1) + [[1, 0]])  # [B, N, T, K + 1]
     padded = tf.reshape(padded, tf.concat([lead, [klen + 1, qlen]], 0))  # [B, N, K + 1, T]
-    shifted = padded[..., 1:, :]  # [B, N, K, T]
+    # tf.slice rather than `padded[..., 1:, :]`: the gradient of a strided
+    # slice (StridedSliceGrad) is several times slower than Slice's (a Pad).
+    shifted = tf.slice(padded, [0] * (rank - 2) + [1, 0], [-1] * rank)  # [B, N, K, T]
     return tf.reshape(shifted, shape)  # [B, N, T, K]
 
 
@@ -144,8 +148,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         d_model: int, model width D.
         num_heads: int, number of heads N.
         d_head: int, head size H.
-        dropout: float, dropout on the output projection.
-        attn_dropout: float, dropout on the attention weights.
+        dropout: float, dropout on the output projection (`FastDropout`: the
+            rate is quantised to a multiple of 1/256).
+        attn_dropout: float, dropout on the attention weights (likewise).
         clamp_len: int, clamp relative distances to this value; < 0: no clamp.
         pre_norm: bool, pre-norm instead of post-norm.
         untie_rel_bias: bool, see above.
@@ -194,10 +199,10 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         self.layer_norm = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm"
         )
-        self.attn_dropout_layer = keras.layers.Dropout(
+        self.attn_dropout_layer = FastDropout(
             self.attn_dropout, dtype=self.dtype_policy, name="attn_dropout"
         )
-        self.output_dropout = keras.layers.Dropout(
+        self.output_dropout = FastDropout(
             self.dropout, dtype=self.dtype_policy, name="output_dropout"
         )
 
@@ -291,7 +296,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         kv_input = x if mem is None else tf.concat([mem, x], axis=1)  # [B, K, D]
         if self.pre_norm:
             kv_input = self.layer_norm(kv_input)
-            query_input = kv_input[:, -tf.shape(x)[1] :]
+            qlen = tf.shape(x)[1]
+            # The last T positions; tf.slice for its cheaper gradient (see rel_shift).
+            query_input = tf.slice(kv_input, [0, tf.shape(kv_input)[1] - qlen, 0], [-1, qlen, -1])
         else:
             query_input = x
         attn = self._attend(query_input, kv_input, training)

@@ -18,6 +18,9 @@ Data flow:
       -> optional final layer norm -> dropout -> hidden [B, T, D]
     hidden -> adaptive softmax: token_nll [B, T] or log_probs [B, T, V].
 
+Every dropout is `model.dropout.FastDropout`: rates are applied quantised to a
+multiple of 1/256 (0.1 -> 26/256, 0.2 -> 51/256).
+
 Memory is explicit: `hidden, new_mems = model(inputs, mems)`, with
 `new_mems[i] = stop_gradient(concat(mems[i], block_input)[:, -mem_len:])`.
 """
@@ -30,6 +33,7 @@ import tensorflow as tf
 
 from model.adaptive_softmax import AdaptiveEmbedding, AdaptiveSoftmax
 from model.config import ARCHITECTURE_LETTERS, SUPERNET, ModelConfig
+from model.dropout import FastDropout
 from model.feed_forward import PositionwiseFeedForward
 from model.stochastic_block import StochasticBlock, make_attention
 
@@ -157,8 +161,8 @@ class TransformerXLLM(keras.Model):
             self.embedding = keras.layers.Embedding(
                 self.vocab_size, self.d_model, dtype=policy, name="embedding"
             )
-        self.embedding_dropout = keras.layers.Dropout(self.dropout, dtype=policy, name="embedding_dropout")
-        self.output_dropout = keras.layers.Dropout(self.dropout, dtype=policy, name="output_dropout")
+        self.embedding_dropout = FastDropout(self.dropout, dtype=policy, name="embedding_dropout")
+        self.output_dropout = FastDropout(self.dropout, dtype=policy, name="output_dropout")
         self.final_layer_norm = (
             keras.layers.LayerNormalization(epsilon=1e-5, dtype=policy, name="final_layer_norm")
             if self.final_norm
