@@ -123,7 +123,7 @@ class Case:
         batch_size, seq_len: global batch [B, T].
         precision: "float32" or "mixed_bfloat16".
         workdir: scratch directory (the trainer wants a model_dir).
-        use_trainer: use training.loop.Trainer.train_step (the real step);
+        use_trainer: use training.trainer.Trainer.train_step (the real step);
             False: the local step below.
     """
 
@@ -140,7 +140,7 @@ class Case:
         try:
             if use_trainer:
                 self.step_fn = self._trainer_step(workdir)
-                self.step_kind = "training.loop.Trainer.train_step"
+                self.step_kind = "training.trainer.Trainer.train_step"
             else:
                 self.step_fn = self._local_step()
                 self.step_kind = "bench-local step"
@@ -149,7 +149,7 @@ class Case:
 
     def _trainer_step(self, workdir):
         from training.config import TrainConfig
-        from training.loop import Trainer
+        from training.trainer import Trainer
 
         train_config = TrainConfig(
             data_dir="unused", model_dir=os.path.join(workdir, self.name), model=self.config,
@@ -232,7 +232,7 @@ class Peak:
 
 def trainer_available():
     try:
-        from training.loop import Trainer  # noqa: F401
+        from training.trainer import Trainer  # noqa: F401
     except ImportError:
         return False
     return True
@@ -351,7 +351,7 @@ def parse_args(argv):
                         help="length of one timed sample per case (default 0.5, quick 0.2)")
     parser.add_argument("--matmul_n", type=int, default=2048, help="size of the peak matmuls")
     parser.add_argument("--local_step", action="store_true",
-                        help="use the bench's own step even when training.loop.Trainer exists")
+                        help="use the bench's own step even when training.trainer.Trainer exists")
     parser.add_argument("--big_d_model", type=int, default=512, help="compute-bound d_model")
     parser.add_argument("--big_heads", type=int, default=8, help="compute-bound num_heads")
     parser.add_argument("--big_blocks", type=int, default=None,

@@ -5,7 +5,8 @@ Modules (import what you need; this package imports nothing by itself so that
     config       TrainConfig and the checks against data, replicas, model_dir.
     strategy     tf.distribute strategies and row-exact feeding of replicas.
     checkpoint   exact-resume checkpoints (model, optimizers, memories, RNG).
-    loop         Trainer (step, evaluation, sampling) and train(config).
+    trainer      Trainer: the step, evaluation, sampling, checkpoints, memories.
+    loop         train(config): the host loop, training log, callbacks.
     schedules    learning-rate and Gumbel temperature schedules.
     metrics      perplexity, word perplexity, bits per byte.
     summaries    TensorBoard writers.

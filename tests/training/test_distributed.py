@@ -33,7 +33,7 @@ import tensorflow as tf
 from absl import flags
 import data_utils
 import train as train_cli
-from training.loop import Trainer
+from training.trainer import Trainer
 
 tf.config.experimental.enable_op_determinism()
 data_dir, model_dir, weights_file = sys.argv[1:4]

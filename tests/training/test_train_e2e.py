@@ -195,7 +195,7 @@ def test_mixed_precision_steps(make_config, tiny_data, precision):
     import keras
     import tensorflow as tf
     from model.builder import build_model
-    from training.loop import Trainer
+    from training.trainer import Trainer
 
     meta = data_utils.load_meta(str(tiny_data))
     batches = list(data_utils.make_dataset(str(tiny_data), "train", meta=meta).take(3))
