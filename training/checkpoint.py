@@ -201,7 +201,7 @@ def clear_run(model_dir, logdir=None):
              "arch_history.png", "arch_history.gif")
     for name in os.listdir(model_dir):
         path = os.path.join(model_dir, name)
-        if name == BEST_DIR or name.startswith(".worker_"):
+        if name in (BEST_DIR, "data") or name.startswith(".worker_"):
             shutil.rmtree(path, ignore_errors=True)
         elif name in names or name.startswith(CHECKPOINT_NAME + "-"):
             os.remove(path)

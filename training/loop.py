@@ -10,6 +10,7 @@ data position of its latest checkpoint.
 import json
 import math
 import os
+import shutil
 import time
 
 from absl import logging
@@ -25,6 +26,7 @@ from training.config import ConfigError, check_data, check_replicas, check_resum
 from training.trainer import Trainer
 
 TRAINING_LOG = "training_log.log"
+RUN_DATA_DIR = "data"  # meta.json + tokenizer files of the training data
 METRICS_FILE = "metrics.json"
 
 
@@ -140,12 +142,28 @@ def train(config, callbacks=None, *, strategy=None, overwrite=False):
             checkpoint_lib.clear_run(config.model_dir, logdir)
         os.makedirs(config.model_dir, exist_ok=True)
         config.save()
+        _copy_tokenizer(config.data_dir, meta, config.model_dir)
     policy = keras.mixed_precision.global_policy()
     try:
         trainer = Trainer(config, meta, strategy, tokenizer)
         return _Run(trainer, logdir, chief, callbacks, resume).run()
     finally:
         keras.mixed_precision.set_global_policy(policy)
+
+
+def _copy_tokenizer(data_dir, meta, model_dir):
+    """Copies meta.json and the tokenizer files into `model_dir/data/`.
+
+    A run directory then generates and exports without the built dataset
+    (serving.generation looks there first). Files are written under a
+    temporary name and renamed, meta.json last.
+    """
+    target = os.path.join(model_dir, RUN_DATA_DIR)
+    os.makedirs(target, exist_ok=True)
+    for name in list(meta["tokenizer"].get("files", [])) + ["meta.json"]:
+        partial = os.path.join(target, name + ".partial")
+        shutil.copyfile(os.path.join(data_dir, name), partial)
+        os.replace(partial, os.path.join(target, name))
 
 
 class _Run:

@@ -126,6 +126,14 @@ def test_outputs_and_tensorboard_tags(supernet_run):
                  "architecture.txt", "ckpt-15.index", "ckpt-30.index"):
         assert os.path.exists(os.path.join(run, name)), name
     assert glob.glob(os.path.join(run, "best", "ckpt-*.index"))
+    # The run carries its tokenizer: it loads from model_dir/data alone and
+    # encodes like the data's own.
+    import data_utils
+
+    copied = data_utils.load_tokenizer(os.path.join(run, "data"))
+    original = data_utils.load_built(config.data_dir)[1]
+    text = "the game was released in 2010 .\n"
+    assert copied.encode(text) == original.encode(text)
     tags = {}
     for split in ("train", "valid", "test"):
         tags[split] = set()
