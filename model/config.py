@@ -68,8 +68,10 @@ class ModelConfig:
         attention: "relative" or "adaptive_span".
         mem_len: memory length M kept between segments during training.
         clamp_len: clamp relative distances to this value; < 0: no clamping.
-        dropout: dropout on embeddings and sub-layer outputs, in [0, 1).
-        attn_dropout: dropout on attention weights, in [0, 1).
+        dropout: dropout on embeddings and sub-layer outputs, in [0, 1);
+            applied by `model.dropout.FastDropout`, which rounds the rate to
+            a multiple of 1/256 (and scales by the rounded rate).
+        attn_dropout: dropout on attention weights, in [0, 1) (same rounding).
         pre_norm: pre-norm blocks instead of the paper's post-norm.
         final_norm: layer norm after the last block.
         untie_rel_bias: one pair of relative biases u, v per layer.
