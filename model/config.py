@@ -53,6 +53,50 @@ def _is_number(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def tail_dims(d_model, num_tails, proj_factor=4.0, proj_dims=()):
+    """Projection dimension of each tail cluster.
+
+    `d_i = max(1, int(d_model // proj_factor ** i))` for tails `i = 1..K`
+    (DESIGN.md writes `d_model / proj_factor^(i+1)` with tails counted from
+    0: the same numbers). Explicit `proj_dims` override the formula.
+
+    Args:
+        d_model: model width D, >= 1.
+        num_tails: number of tail clusters K, >= 0.
+        proj_factor: shrink factor per tail, >= 1.
+        proj_dims: explicit dims, either empty or K ints >= 1.
+
+    Returns:
+        Tuple of K Python ints.
+
+    Raises:
+        ValueError: naming the argument that is out of range.
+    """
+    if int(d_model) != d_model or d_model < 1:
+        raise ValueError(f"d_model must be an integer >= 1, got {d_model!r}.")
+    if int(num_tails) != num_tails or num_tails < 0:
+        raise ValueError(f"num_tails must be an integer >= 0, got {num_tails!r}.")
+    proj_dims = tuple(proj_dims or ())
+    if proj_dims:
+        if len(proj_dims) != num_tails:
+            raise ValueError(
+                f"proj_dims has {len(proj_dims)} entries but there are "
+                f"{num_tails} tail clusters (one per cutoff); give one dim per "
+                "tail or leave proj_dims empty to use proj_factor."
+            )
+        for dim in proj_dims:
+            if isinstance(dim, bool) or int(dim) != dim or dim < 1:
+                raise ValueError(
+                    f"proj_dims must be integers >= 1, got {proj_dims!r}."
+                )
+        return tuple(int(dim) for dim in proj_dims)
+    if not proj_factor >= 1.0:
+        raise ValueError(f"proj_factor must be >= 1, got {proj_factor!r}.")
+    return tuple(
+        max(1, int(d_model // proj_factor**i)) for i in range(1, num_tails + 1)
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """Hyper-parameters of `TransformerXLLM` (see docs/interfaces.md).

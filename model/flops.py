@@ -18,34 +18,18 @@ the layers compute it: the full [T, K] score matrix, masked entries included.
 
 import math
 
-from model.config import SUPERNET, TRANSFORMER_XL, transformer_xl_architecture
+from model.config import SUPERNET, TRANSFORMER_XL, tail_dims, transformer_xl_architecture
 
 # The adaptive-span layer keeps memory in multiples of this many positions.
 SPAN_TRIM_MULTIPLE = 64
-
-
-def tail_dims(config):
-    """Widths d_i of the tail clusters (the formula of model.adaptive_softmax).
-
-    Args:
-        config: ModelConfig.
-
-    Returns:
-        tuple of ints, one per cutoff: proj_dims, or
-        max(1, D // proj_factor^i) for tails i = 1..len(cutoffs).
-    """
-    if config.proj_dims:
-        return tuple(config.proj_dims)
-    return tuple(
-        max(1, int(config.d_model // config.proj_factor**i)) for i in range(1, len(config.cutoffs) + 1)
-    )
 
 
 def _clusters(config):
     """(head tokens c_0, [(d_i, C_i) per tail])."""
     bounds = list(config.cutoffs) + [config.vocab_size]
     head_tokens = bounds[0]
-    tails = [(d, hi - lo) for d, lo, hi in zip(tail_dims(config), bounds, bounds[1:])]
+    dims = tail_dims(config.d_model, len(config.cutoffs), config.proj_factor, config.proj_dims)
+    tails = [(d, hi - lo) for d, lo, hi in zip(dims, bounds, bounds[1:])]
     return head_tokens, tails
 
 

@@ -109,13 +109,6 @@ def test_param_count_by_hand():
     assert flops.param_count(TINY, "supernet") == embedding + 2 * (attention + dense + 3) + head
 
 
-def test_tail_dims_match_the_adaptive_softmax():
-    from model.adaptive_softmax import tail_dims
-
-    for config in (TINY, TINY.replace(proj_factor=3.0), TINY.replace(proj_dims=(5, 3))):
-        assert flops.tail_dims(config) == tail_dims(config.d_model, 2, config.proj_factor, config.proj_dims)
-
-
 REAL_MODELS = [
     dict(architecture="supernet"),
     dict(architecture="supernet", attention="adaptive_span", final_norm=True),
