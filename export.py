@@ -4,11 +4,12 @@ Usage:
     python3 export.py --model_dir=runs/search --format=keras --output=lm.keras
     python3 export.py --model_dir=runs/search --format=saved_model --output=lm_saved
 
-`.keras` loads back with `keras.saving.load_model(path)` after
-`import model.transformer_xl`. The SavedModel has a `serve` signature
-`(token_ids int32 [B, T], mems float32 [num_mems, B, M, D]) ->
-{"log_probs": [B, T, V], "new_mems": [num_mems, B, M', D]}` and a copy of the
-tokenizer in `output/tokenizer/` (see serving/export.py). The output is
+`.keras` loads back with `keras.saving.load_model(path)` after importing the
+family's module (`import model.transformer_xl` or `import model.sha_rnn`).
+The SavedModel has a `serve` signature `(token_ids int32 [B, T], state_0, ...)
+-> {"log_probs": [B, T, V], "new_state_0", ...}` over the model's state
+(Transformer-XL memories [B, M, D]; SHA-RNN LSTM states and memory) and a copy
+of the tokenizer in `output/tokenizer/` (see serving/export.py). The output is
 written to a temporary path and renamed at the end. Errors a user can cause
 end in one line `error: ...` on stderr and exit status 1.
 """
@@ -26,7 +27,7 @@ flags.DEFINE_string("checkpoint", "best", "best, latest, or a checkpoint path (c
 flags.DEFINE_enum("format", "keras", ["keras", "saved_model"], "keras: one .keras file; "
                   "saved_model: a TensorFlow SavedModel directory for serving.")
 flags.DEFINE_string("output", None, "Output path (a .keras file or a SavedModel directory).")
-flags.DEFINE_integer("mem_len", None, "saved_model: memory positions kept in new_mems; "
+flags.DEFINE_integer("mem_len", None, "saved_model: memory positions kept in the new state; "
                      "default: the run's eval_mem_len (its mem_len if that is 0).")
 flags.DEFINE_boolean("overwrite", False, "Replace an existing output.")
 

@@ -1,8 +1,10 @@
-r"""Generates text from a trained run with the Transformer-XL memory cache.
+r"""Generates text from a trained run, with the model's state as a cache.
 
 The prompt is run once; each new token then costs one forward pass of length
-1 over the cached memory. Works for supernets (deterministic evaluation
-architecture) and fixed architectures, with any tokenizer.
+1 over the cached state (Transformer-XL memories, SHA-RNN LSTM states and
+attention memory). Works for every model family, for supernets
+(deterministic evaluation architecture) and fixed architectures, with any
+tokenizer.
 
 Usage:
     python3 generate.py --model_dir=runs/search --prompt="The game" --num_tokens=50

@@ -1,4 +1,5 @@
-r"""Trains a PAR Transformer-XL supernet or a fixed architecture.
+r"""Trains a language model of any family: a PAR Transformer-XL supernet, a fixed
+architecture, or SHA-RNN / LSTM (`--model_family`).
 
 Flags become one frozen, validated `TrainConfig` (training/config.py), which
 is written to `model_dir/config.json` and handed to `training.loop.train`.
@@ -10,9 +11,11 @@ Usage:
         --architecture=runs/search          # train the derived architecture
     python3 train.py --flagfile=my_run.flags
 
-Model flags default to the values of `--preset`; `vocab_size` always comes
-from the data, and so do `--seq_len` and `--batch_size` unless given (then
-they must match the data).
+Model flags are generated from the fields of every family's config
+(model/families.py; their help text lives next to the field) and default to
+the values of `--preset` (default: the family's own); a flag of another
+family is refused. `vocab_size` always comes from the data, and so do
+`--seq_len` and `--batch_size` unless given (then they must match the data).
 """
 
 import dataclasses
@@ -28,33 +31,39 @@ from training.config import ConfigError, TrainConfig
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)
              if f.default is not dataclasses.MISSING}
-# Model flags that are parsed from strings by hand.
+# Model flags that are parsed from strings by hand (shared by the families).
 _SPECIAL_MODEL_FLAGS = ("architecture", "cutoffs", "proj_dims")
 
 
-_MODEL_HELP = {
-    "d_model": (int, "Model width D."),
-    "num_heads": (int, "Attention heads N."),
-    "d_head": (int, "Head size H (default D / N)."),
-    "d_ffn": (int, "Inner width of the dense (feed-forward) blocks."),
-    "num_blocks": (int, "Blocks (a Transformer-XL layer is two: attention + dense)."),
-    "mem_len": (int, "Memory length M during training."),
-    "clamp_len": (int, "Clamp relative distances to this (< 0: no clamping)."),
-    "dropout": (float, "Dropout on embeddings and block outputs."),
-    "attn_dropout": (float, "Dropout on attention weights."),
-    "pre_norm": (bool, "Pre-norm blocks instead of the paper's post-norm."),
-    "final_norm": (bool, "Layer norm after the last block."),
-    "untie_rel_bias": (bool, "Relative-position biases u, v per layer."),
-    "proj_factor": (float, "Tail cluster i of the adaptive softmax has width "
-                           "d_model / proj_factor^(i+1)."),
-    "adaptive_input": (bool, "Adaptive input embedding with the softmax's clusters."),
-    "tie_weights": (bool, "Share the softmax weights with the input embedding."),
-    "span_max": (int, "Adaptive span: maximum span S."),
-    "span_ramp": (int, "Adaptive span: soft-mask ramp R."),
-    "span_init": (float, "Adaptive span: initial span fraction in [0, 1]."),
-    "span_loss_coef": (float, "Adaptive span: loss coefficient lambda."),
-    "seed": (int, "Seed of initialisation, dropout and Gumbel noise."),
-}
+def _flag_kind(field):
+    """absl DEFINE_ kind of a config field, from its type."""
+    kind = str(field.type) if not isinstance(field.type, type) else field.type.__name__
+    if "choices" in field.metadata:
+        return "enum"
+    for name, flag_kind in (("bool", "boolean"), ("float", "float"), ("tuple", "list"),
+                            ("int", "integer"), ("str", "string")):
+        if kind.startswith(name) or kind.startswith(f"typing.{name}"):
+            return flag_kind
+    raise TypeError(f"config field {field.name} has a type ({kind}) with no flag kind")
+
+
+def model_flag_fields():
+    """Flag name -> (dataclass field, families having it), in family and field order.
+
+    One flag per name: fields of the same name in several families share it
+    (their help text comes from the first family that defines it).
+    """
+    from model.families import FAMILIES
+
+    fields = {}
+    for family in FAMILIES.values():
+        for field in family.flag_fields():
+            if field.name in _SPECIAL_MODEL_FLAGS:
+                continue
+            if field.name not in fields:
+                fields[field.name] = (field, [])
+            fields[field.name][1].append(family.name)
+    return fields
 
 
 def define_flags(fv=flags.FLAGS):
@@ -63,6 +72,9 @@ def define_flags(fv=flags.FLAGS):
     `--help` lists flags alphabetically; the [group] at the start of each help
     text says where it belongs.
     """
+    from model.families import FAMILIES
+    from training.optimizers import OPTIMIZERS
+
     d = _DEFAULTS
     group = ""
 
@@ -79,8 +91,13 @@ def define_flags(fv=flags.FLAGS):
     define("integer", "batch_size", None, "Global batch B (default: the data's; must match).")
 
     group = "model"  # None takes the preset's value
-    define("string", "preset", d["preset"], "Model preset (model/builder.py PRESETS) that the "
-           "other model flags override.")
+    define("enum", "model_family", d["model_family"], "Model family (model/families.py): "
+           + "; ".join(f"{f.name}: {f.description}" for f in FAMILIES.values()) + ".",
+           sorted(FAMILIES))
+    define("string", "preset", None, "Model preset that the other model flags override "
+           "(default: the family's: " + ", ".join(
+               f"{f.name} {f.default_preset}" for f in FAMILIES.values()) + "). Presets: "
+           + "; ".join(f"{f.name}: {', '.join(f.presets)}" for f in FAMILIES.values()) + ".")
     define("string", "architecture", None, "supernet, transformer_xl, an a/f/i string such "
            "as afafff, or a finished search run (or its architecture.json/.txt) whose derived "
            "architecture to train from scratch.")
@@ -95,15 +112,15 @@ def define_flags(fv=flags.FLAGS):
            "tokens kept at full width); lowered to leave room for the tails on small "
            "vocabularies.")
     define("list", "proj_dims", None, "Explicit tail widths, one per cutoff.")
-    for name, (kind, help_) in _MODEL_HELP.items():
-        kind = {int: "integer", float: "float", bool: "boolean"}[kind]
-        define(kind, name, None, help_ + " Default: the preset's.")
-    define("enum", "attention", None, "Attention kind (default: the preset's).",
-           ["relative", "adaptive_span"])
-    define("enum", "search_mode", None, "Supernet search: soft mixes all candidates, hard "
-           "samples one (straight-through). Default: the preset's.", ["soft", "hard"])
-    define("enum", "eval_mode", None, "Supernet blocks at evaluation (default: the "
-           "preset's).", ["argmax", "expected"])
+    all_families = sorted(FAMILIES)
+    for name, (field, owners) in model_flag_fields().items():
+        kind = _flag_kind(field)
+        help_ = field.metadata["help"]
+        if sorted(owners) != all_families:
+            help_ += f" ({', '.join(owners)} only.)"
+        help_ += " Default: the preset's."
+        args = [list(field.metadata["choices"])] if kind == "enum" else []
+        define(kind, name, None, help_, *args)
     define("integer", "eval_mem_len", None, "Memory length at evaluation, >= 0 (default: "
            "--mem_len).")
 
@@ -119,8 +136,8 @@ def define_flags(fv=flags.FLAGS):
     from_config("float", "arch_beta_2", "Adam beta_2 of the architecture optimizer.")
 
     group = "optimisation"
-    from_config("enum", "optimizer", "Weights optimizer: adam (L2 weight decay) or adamw "
-                "(decoupled weight decay).", c.OPTIMIZERS)
+    from_config("enum", "optimizer", "Weights optimizer (training/optimizers.py): " + " ".join(
+        f"{name}: {spec.help}" for name, spec in OPTIMIZERS.items()), c.OPTIMIZERS)
     from_config("float", "learning_rate", "Peak learning rate of the weights.")
     from_config("float", "weight_decay", "Weight decay of the weight matrices.")
     from_config("float", "beta_1", "Adam beta_1 of the weights optimizer.")
@@ -173,18 +190,36 @@ def define_flags(fv=flags.FLAGS):
 
 
 def _model_config(fv, meta):
-    """The ModelConfig from --preset, the model flags and the data's vocab."""
-    from model.builder import PRESETS, preset_config
-    from model.config import ModelConfig
+    """(family, preset, model config) from --model_family, --preset, the model flags and
+    the data's vocab."""
+    from model.families import get_family, preset_family
 
-    if fv.preset not in PRESETS:
-        raise ConfigError(f"--preset={fv.preset} is unknown: use one of {sorted(PRESETS)}")
+    family = get_family(fv.model_family)
+    preset = fv.preset or family.default_preset
+    if preset not in family.presets:
+        owner = preset_family(preset)
+        if owner is not None:
+            raise ConfigError(
+                f"--preset={preset} is a {owner.name} preset but --model_family={family.name}: "
+                f"pass --model_family={owner.name}, or a {family.name} preset "
+                f"({', '.join(sorted(family.presets))})")
+        raise ConfigError(f"--preset={preset} is unknown for --model_family={family.name}: use "
+                          f"one of {sorted(family.presets)}")
+    own = {f.name for f in family.flag_fields()}
+    for name, (_, owners) in model_flag_fields().items():
+        if fv[name].value is not None and name not in own:
+            raise ConfigError(
+                f"--{name} is a flag of --model_family={'/'.join(owners)}, not of "
+                f"--model_family={family.name}: drop it (or choose that family)")
+    for name in _SPECIAL_MODEL_FLAGS:
+        if fv[name].value is not None and name not in own:
+            raise ConfigError(f"--{name} does not apply to --model_family={family.name}: drop it")
     vocab = meta["vocab_size"]
     overrides = {"vocab_size": vocab}
-    for field in dataclasses.fields(ModelConfig):
-        if field.name not in ("vocab_size",) + _SPECIAL_MODEL_FLAGS and \
-                fv[field.name].value is not None:
-            overrides[field.name] = fv[field.name].value
+    for name in own:
+        if name not in _SPECIAL_MODEL_FLAGS and fv[name].value is not None:
+            value = fv[name].value
+            overrides[name] = _int_list(name, value) if isinstance(value, list) else value
     if fv.architecture is not None:
         overrides["architecture"] = _architecture(fv.architecture, overrides)
     if fv.proj_dims is not None:
@@ -192,21 +227,22 @@ def _model_config(fv, meta):
     cutoffs = (fv.cutoffs or "").strip().lower()
     try:
         if cutoffs == "auto":
-            provisional = preset_config(fv.preset, **{**overrides, "cutoffs": (), "proj_dims": ()})
+            provisional = family.preset_config(
+                preset, **{**overrides, "cutoffs": (), "proj_dims": ()})
             overrides["cutoffs"] = _auto_cutoffs(fv, meta, provisional,
                                                  overrides.get("proj_dims", ()))
         elif cutoffs == "none":
             overrides["cutoffs"] = ()
         elif cutoffs:
             overrides["cutoffs"] = _int_list("cutoffs", cutoffs.split(","))
-        chosen = overrides.get("cutoffs", tuple(PRESETS[fv.preset].get("cutoffs", ())))
+        chosen = overrides.get("cutoffs", tuple(family.presets[preset].get("cutoffs", ())))
         if chosen and (chosen[-1] >= vocab or min(chosen) < 1):
-            source = "--cutoffs" if cutoffs else f"--preset={fv.preset}"
+            source = "--cutoffs" if cutoffs else f"--preset={preset}"
             raise ConfigError(
                 f"--cutoffs={','.join(map(str, chosen))} (from {source}) do not fit the "
                 f"data's vocab_size={vocab} (each must be in [1, {vocab})): use "
                 "--cutoffs=auto or --cutoffs=none")
-        return preset_config(fv.preset, **overrides)
+        return family, preset, family.preset_config(preset, **overrides)
     except ValueError as error:
         if isinstance(error, ConfigError):
             raise
@@ -266,10 +302,15 @@ def config_from_flags(fv):
     if not fv.model_dir:
         raise ConfigError("--model_dir is required: where checkpoints and logs go")
     meta = data_utils.load_meta(fv.data_dir)
-    model = _model_config(fv, meta)
+    family, preset, model = _model_config(fv, meta)
     values = {name: fv[name].value for name in _DEFAULTS if name in fv}
+    # The preset's recommended training settings, where no flag was given.
+    for name, value in family.train_defaults.get(preset, {}).items():
+        if not fv[name].present:
+            values[name] = value
     values.update(
-        data_dir=fv.data_dir, model_dir=fv.model_dir, model=model,
+        data_dir=fv.data_dir, model_dir=fv.model_dir, model=model, model_family=family.name,
+        preset=preset,
         seq_len=meta["seq_len"] if fv.seq_len is None else fv.seq_len,
         batch_size=meta["batch_size"] if fv.batch_size is None else fv.batch_size,
         eval_mem_len=model.mem_len if fv.eval_mem_len is None else fv.eval_mem_len,

@@ -1,4 +1,4 @@
-"""Config -> model: the only place that unpacks a `ModelConfig`, plus presets.
+"""Config -> Transformer-XL model: the only place that unpacks a `ModelConfig`, plus presets.
 
 Presets are dicts of `ModelConfig` keyword arguments:
     tiny         unit tests: V 64, D 32, 2 heads, F 64, 4 blocks, M 8.
@@ -62,8 +62,8 @@ def preset_config(name, **overrides) -> ModelConfig:
     return ModelConfig.from_dict({**PRESETS[name], **overrides})
 
 
-def build_model(config: ModelConfig, dtype=None):
-    """Builds the language model described by `config`, weights created.
+def build_transformer_xl(config: ModelConfig, dtype=None):
+    """Builds the Transformer-XL / PAR model described by `config`, weights created.
 
     Args:
         config: ModelConfig.
@@ -75,10 +75,17 @@ def build_model(config: ModelConfig, dtype=None):
         checkpoints can be created before the first step).
     """
     if not isinstance(config, ModelConfig):
-        raise TypeError(f"build_model expects a ModelConfig, got {type(config).__name__}")
+        raise TypeError(f"build_transformer_xl expects a ModelConfig, got {type(config).__name__}")
     # Imported here so that importing the presets does not load TensorFlow.
     from model.transformer_xl import TransformerXLLM
 
     model = TransformerXLLM(**dataclasses.asdict(config), dtype=dtype)
     model.build((None, None))  # [B, T]
     return model
+
+
+def build_model(config, dtype=None):
+    """Builds the model of any family from its config (`model.families.build_model`)."""
+    from model import families
+
+    return families.build_model(config, dtype=dtype)

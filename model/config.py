@@ -45,6 +45,14 @@ def transformer_xl_architecture(num_blocks):
     return "af" * (num_blocks // 2)
 
 
+def _field(default, help_, choices=None):
+    """A dataclass field whose help text (and choices) generate its train.py flag."""
+    metadata = {"help": help_}
+    if choices is not None:
+        metadata["choices"] = tuple(choices)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
 def _is_int(value):
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -133,33 +141,38 @@ class ModelConfig:
         seed: seed of the Gumbel noise (with the block index and the step).
     """
 
-    vocab_size: int
-    d_model: int = 128
-    num_heads: int = 4
-    d_head: int | None = None
-    d_ffn: int = 512
-    num_blocks: int = 6
-    architecture: str = SUPERNET
-    attention: str = "relative"
-    mem_len: int = 16
-    clamp_len: int = -1
-    dropout: float = 0.1
-    attn_dropout: float = 0.0
-    pre_norm: bool = False
-    final_norm: bool = False
-    untie_rel_bias: bool = True
-    cutoffs: tuple[int, ...] = ()
-    proj_factor: float = 4.0
-    proj_dims: tuple[int, ...] = ()
-    adaptive_input: bool = False
-    tie_weights: bool = False
-    span_max: int = 1024
-    span_ramp: int = 32
-    span_init: float = 0.0
-    span_loss_coef: float = 2e-6
-    search_mode: str = "soft"
-    eval_mode: str = "argmax"
-    seed: int = 0
+    vocab_size: int = dataclasses.field(
+        metadata={"help": "Number of token ids V (taken from the data)."})
+    d_model: int = _field(128, "Model width D.")
+    num_heads: int = _field(4, "Attention heads N.")
+    d_head: int | None = _field(None, "Head size H (default D / N).")
+    d_ffn: int = _field(512, "Inner width of the dense (feed-forward) blocks.")
+    num_blocks: int = _field(6, "Blocks (a Transformer-XL layer is two: attention + dense).")
+    architecture: str = _field(SUPERNET, "supernet, transformer_xl or an a/f/i string.")
+    attention: str = _field("relative", "Attention kind.", ATTENTIONS)
+    mem_len: int = _field(16, "Memory length M during training.")
+    clamp_len: int = _field(-1, "Clamp relative distances to this (< 0: no clamping).")
+    dropout: float = _field(0.1, "Dropout on embeddings and block outputs.")
+    attn_dropout: float = _field(0.0, "Dropout on attention weights.")
+    pre_norm: bool = _field(False, "Pre-norm blocks instead of the paper's post-norm.")
+    final_norm: bool = _field(False, "Layer norm after the last block.")
+    untie_rel_bias: bool = _field(True, "Relative-position biases u, v per layer.")
+    cutoffs: tuple[int, ...] = _field(
+        (), "Adaptive-softmax cutoffs (excluding V); empty: full softmax.")
+    proj_factor: float = _field(
+        4.0, "Tail cluster i of the adaptive softmax has width d_model / proj_factor^(i+1).")
+    proj_dims: tuple[int, ...] = _field((), "Explicit tail widths, one per cutoff.")
+    adaptive_input: bool = _field(False, "Adaptive input embedding with the softmax's clusters.")
+    tie_weights: bool = _field(False, "Share the softmax weights with the input embedding.")
+    span_max: int = _field(1024, "Adaptive span: maximum span S.")
+    span_ramp: int = _field(32, "Adaptive span: soft-mask ramp R.")
+    span_init: float = _field(0.0, "Adaptive span: initial span fraction in [0, 1].")
+    span_loss_coef: float = _field(2e-6, "Adaptive span: loss coefficient lambda.")
+    search_mode: str = _field(
+        "soft", "Supernet search: soft mixes all candidates, hard samples one "
+        "(straight-through).", SEARCH_MODES)
+    eval_mode: str = _field("argmax", "Supernet blocks at evaluation.", EVAL_MODES)
+    seed: int = _field(0, "Seed of initialisation, dropout and Gumbel noise.")
 
     def __post_init__(self):
         # Lists (from JSON or flags) become tuples so the config stays hashable.

@@ -35,6 +35,7 @@ from model.adaptive_softmax import AdaptiveEmbedding, AdaptiveSoftmax
 from model.config import ARCHITECTURE_LETTERS, SUPERNET, ModelConfig
 from model.dropout import FastDropout
 from model.feed_forward import PositionwiseFeedForward
+from model.interface import is_decayed_by_role
 from model.stochastic_block import StochasticBlock, make_attention
 
 
@@ -59,6 +60,10 @@ def update_memory(mem, block_input, mem_len):
 class TransformerXLLM(keras.Model):
     """Transformer-XL / PAR language model with explicit memory.
 
+    Implements the language-model interface of `model/interface.py`: the
+    state is the list of `num_mems` memories [B, M, D], one per
+    attention-carrying block.
+
     The constructor takes the fields of `ModelConfig` as explicit arguments
     (and validates them with it), so `get_config` / `from_config` round-trip;
     `model.builder.build_model(config)` is the usual way to make one.
@@ -71,6 +76,8 @@ class TransformerXLLM(keras.Model):
         See `model.config.ModelConfig` for every argument.
         **kwargs: base `keras.Model` arguments (name, dtype, trainable).
     """
+
+    family = "transformer_xl"
 
     def __init__(
         self,
@@ -286,12 +293,12 @@ class TransformerXLLM(keras.Model):
             return tf.cast(self.softmax.embed(inputs), self.compute_dtype)
         return tf.cast(self.embedding(inputs), self.compute_dtype)
 
-    def initial_mems(self, batch_size, mem_len=None):
-        """Zero memories to start from.
+    def initial_state(self, batch_size, mem_len=None):
+        """Zero memories to start from (the interface's state).
 
         Args:
             batch_size: int B.
-            mem_len: int M; None uses the config's mem_len.
+            mem_len: int M; None uses the config's mem_len (0: empty memories).
 
         Returns:
             list of `num_mems` zeros [B, M, D] in the compute dtype.
@@ -299,6 +306,13 @@ class TransformerXLLM(keras.Model):
         mem_len = self.mem_len if mem_len is None else int(mem_len)
         shape = [batch_size, mem_len, self.d_model]  # [B, M, D]
         return [tf.zeros(shape, self.compute_dtype) for _ in range(self.num_mems)]
+
+    initial_mems = initial_state
+
+    def state_signature(self):
+        """list of `num_mems` TensorSpecs [None, None, D]: batch and memory length free."""
+        return [tf.TensorSpec([None, None, self.d_model], self.compute_dtype, name=f"mem_{i}")
+                for i in range(self.num_mems)]
 
     def token_nll(self, hidden, targets):
         """Per-token NLL in nats: [B, T, D], [B, T] -> float32 [B, T] (targets < 0 -> 0)."""
@@ -339,6 +353,27 @@ class TransformerXLLM(keras.Model):
         """Trainable variables that are not architecture logits."""
         arch = {id(v) for v in self.arch_variables}
         return [v for v in self.trainable_variables if id(v) not in arch]
+
+    def variable_groups(self):
+        """{"weights": weight_variables} plus {"arch": arch_variables} in a supernet."""
+        groups = {"weights": self.weight_variables}
+        if self.arch_variables:
+            groups["arch"] = list(self.arch_variables)
+        return groups
+
+    def weight_decay_variables(self):
+        """Weights that take weight decay: kernels, embedding tables, softmax matrices.
+
+        Chosen by role (the variable's name), never by rank: biases, layer-norm
+        scales and offsets, relative biases u and v, spans and architecture
+        logits are not decayed.
+        """
+        return [v for v in self.weight_variables if is_decayed_by_role(v)]
+
+    def extra_losses(self, hidden=None):
+        """Training losses besides the token NLL: the adaptive-span losses."""
+        del hidden  # the span losses depend on the span variables only
+        return [tf.cast(loss, tf.float32) for loss in self.span_losses]
 
     @property
     def span_losses(self):

@@ -1,23 +1,27 @@
 """Exports a trained run: a Keras `.keras` file and a TensorFlow SavedModel.
 
-`.keras`: the `TransformerXLLM` with its config and weights. Every layer is
+`.keras`: the model (any family) with its config and weights. Every layer is
 registered serializable under the package "par", so it loads back with
-`keras.saving.load_model(path)` once the layers are imported
-(`import model.transformer_xl`, or `from model import TransformerXLLM`;
-`import model` alone is lazy and registers nothing yet). No training,
-serving or data code is needed.
+`keras.saving.load_model(path)` once the family's layers are imported
+(`import model.transformer_xl`, `import model.sha_rnn`; `import model`
+alone is lazy and registers nothing yet). No training, serving or data code
+is needed.
 
-SavedModel: a `tf.Module` whose `serve` signature runs one segment with
-memory, for TF Serving or `tf.saved_model.load` without any project code:
+SavedModel: a `tf.Module` whose `serve` signature runs one segment with the
+model's state (model/interface.py), for TF Serving or `tf.saved_model.load`
+without any project code:
 
-    serve(token_ids: int32 [B, T], mems: float32 [num_mems, B, M, D])
-        -> {"log_probs": float32 [B, T, V],
-            "new_mems": float32 [num_mems, B, min(M + T, mem_len), D]}
+    serve(token_ids: int32 [B, T], state_0, ..., state_{k-1}: float32)
+        -> {"log_probs": float32 [B, T, V], "new_state_0", ..., "new_state_{k-1}"}
 
-`B`, `T` and `M` are free (M = 0 is an empty memory); `num_mems` and `D` are
-fixed by the model and visible in the signature's input specs. Feeding
-`new_mems` back as `mems` with the next segment continues the text, as in
-Transformer-XL evaluation. The tokenizer (meta.json and its files) is copied
+The k state inputs are the model's `state_signature()` in order (a
+Transformer-XL: one memory [B, M, D] per attention-carrying block; SHA-RNN:
+each LSTM's h [B, D] and c [B, D], then each attention memory [B, M, D]);
+their specs are visible in the signature. `B`, `T` and `M` are free (M = 0 is
+an empty memory); new memories keep min(M + T, mem_len) positions. Feeding
+`new_state_i` back as `state_i` with the next segment continues the text, as
+in Transformer-XL evaluation; the first call takes zeros of the right shapes
+(memories with M = 0). The tokenizer (meta.json and its files) is copied
 into `path/tokenizer/`, readable with `data_utils.load_tokenizer`.
 
 Both exports are written to a temporary path next to the output and renamed
@@ -90,35 +94,31 @@ class ServingModule(tf.Module):
     """The SavedModel root: the model's variables and the `serve` function.
 
     Args:
-        model: a built `TransformerXLLM`.
-        mem_len: int >= 0, memory positions kept in `new_mems`.
+        model: a built language model (model/interface.py).
+        mem_len: int >= 0, memory positions kept in the new state.
     """
 
     def __init__(self, model, mem_len):
-        super().__init__(name="transformer_xl_lm")
+        super().__init__(name="language_model")
         self._model = model
         self._mem_len = int(mem_len)
         # Tracked explicitly: Keras 3 layers kept in Python lists are not
         # reached by TensorFlow's object graph (as in training.checkpoint).
         self.model_variables = [getattr(v, "value", v) for v in model.variables]
         self.mem_len = tf.Variable(self._mem_len, trainable=False, dtype=tf.int32, name="mem_len")
-        num_mems, d_model = model.num_mems, model.d_model
+        state = [tf.TensorSpec(spec.shape, tf.float32, name=f"state_{i}")
+                 for i, spec in enumerate(model.state_signature())]
         self.serve = tf.function(self._serve, input_signature=[
-            tf.TensorSpec([None, None], tf.int32, name="token_ids"),  # [B, T]
-            tf.TensorSpec([num_mems, None, None, d_model], tf.float32, name="mems"),  # [n, B, M, D]
-        ])
+            tf.TensorSpec([None, None], tf.int32, name="token_ids"), *state])  # [B, T]
 
-    def _serve(self, token_ids, mems):
+    def _serve(self, token_ids, *state):
         model = self._model
-        mem_list = tf.unstack(tf.cast(mems, model.compute_dtype), num=model.num_mems)
-        hidden, new_mems = model(token_ids, mem_list, training=False, mem_len=self._mem_len)
-        if new_mems:
-            stacked = tf.stack(new_mems)  # [n, B, M', D]
-        else:  # a model without attention blocks has no memory
-            shape = tf.shape(token_ids)
-            stacked = tf.zeros([0, shape[0], 0, model.d_model])
-        return {"log_probs": model.log_probs(hidden),  # [B, T, V]
-                "new_mems": tf.cast(stacked, tf.float32)}
+        state = [tf.cast(s, model.compute_dtype) for s in state]
+        hidden, new_state = model(token_ids, state, training=False, mem_len=self._mem_len)
+        outputs = {"log_probs": model.log_probs(hidden)}  # [B, T, V]
+        for i, s in enumerate(new_state):
+            outputs[f"new_state_{i}"] = tf.cast(s, tf.float32)
+        return outputs
 
 
 def export_saved_model(run, path, mem_len=None, overwrite=False):
@@ -127,7 +127,7 @@ def export_saved_model(run, path, mem_len=None, overwrite=False):
     Args:
         run: a `serving.generation.Run`.
         path: output directory (must not exist unless `overwrite`).
-        mem_len: memory kept in `new_mems`; None: `run.default_mem_len`.
+        mem_len: memory kept in the new state; None: `run.default_mem_len`.
         overwrite: replace an existing directory.
 
     Returns:

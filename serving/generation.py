@@ -1,17 +1,19 @@
-"""Text generation from a trained run with the Transformer-XL memory cache.
+"""Text generation from a trained run of any model family, with the state as a cache.
 
-Transformer-XL (Dai et al. 2019, arXiv 1901.02860) memory as a cache: the
-prompt runs once, in chunks of at most `chunk_len` tokens carrying the memory,
-then each new token costs one forward pass of length 1 over `[memory; token]`.
-With `mem_len >= prompt + generated tokens` this equals a full recomputation
-over the context; with a shorter memory it is Transformer-XL's segment
-recurrence, as the run was evaluated (a loaded run defaults to
-`chunk_len = seq_len`, `mem_len = eval_mem_len`).
+Works through the language-model interface (model/interface.py) only: the
+model's state (Transformer-XL memories, Dai et al. 2019, arXiv 1901.02860;
+SHA-RNN's LSTM states and attention memory) is the cache. The prompt runs
+once, in chunks of at most `chunk_len` tokens carrying the state, then each
+new token costs one forward pass of length 1 over `[memory; token]`. With
+`mem_len >= prompt + generated tokens` this equals a full recomputation over
+the context; with a shorter memory it is the segment recurrence the run was
+evaluated with (a loaded run defaults to `chunk_len = seq_len`,
+`mem_len = eval_mem_len`).
 
-Retracing: the compiled functions take ids `[B, None]` and memories
-`[B, None, D]` (relaxed shapes), so each is traced once per `Decoder`, whatever
-the prompt, chunk or batch size and while the memory grows from 0 to
-`mem_len`. Memories padded to `mem_len` from the start would keep shapes
+Retracing: the compiled functions take ids `[B, None]` and the state with the
+relaxed shapes of `model.state_signature()` (memories `[B, None, D]`), so each
+is traced once per `Decoder`, whatever the prompt, chunk or batch size and
+while the memory grows from 0 to `mem_len`. Memories padded to `mem_len` from the start would keep shapes
 fixed, but need an attention mask the model does not take (zero padding is
 attended to and changes the result).
 
@@ -36,7 +38,8 @@ import numpy as np
 import tensorflow as tf
 
 import data_utils
-from model.builder import build_model
+from model.families import build_model
+from model.interface import check_model
 from training.checkpoint import BEST_DIR, _VariableList
 from training.config import CONFIG_FILE, TrainConfig
 
@@ -144,33 +147,32 @@ class Decoder:
     traced once (see the module docstring); `tracing_counts()` reports it.
 
     Args:
-        model: a built `TransformerXLLM` (evaluation is deterministic: no
-            dropout, no Gumbel noise in a supernet).
-        mem_len: int >= 0, memory positions kept per block; None: the model's
-            config `mem_len`.
+        model: a built language model (model/interface.py); evaluation is
+            deterministic: no dropout, no Gumbel noise in a supernet.
+        mem_len: int >= 0, memory positions kept per attention memory; None:
+            the model's config `mem_len`.
     """
 
     def __init__(self, model, mem_len=None):
-        self.model = model
+        self.model = check_model(model)
         self.mem_len = int(model.mem_len if mem_len is None else mem_len)
         if self.mem_len < 0:
             raise GenerationError(f"mem_len={self.mem_len} must be >= 0")
         ids = tf.TensorSpec([None, None], tf.int32)  # [B, T]
-        mems = [tf.TensorSpec([None, None, model.d_model], model.compute_dtype)
-                for _ in range(model.num_mems)]  # [B, M, D] each
+        state = model.state_signature()  # batch (and memory length) free
         options = [tf.TensorSpec([None, 2], tf.int64), tf.TensorSpec([], tf.float32),
                    tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.float32),
                    tf.TensorSpec([], tf.bool)]  # seeds, temperature, top_k, top_p, greedy
         # Two compiled functions, not a fused forward + sample step: the model
         # is traced once (tracing costs seconds), sampling alone is cheap.
-        self._forward = tf.function(self._forward_impl, input_signature=[ids, mems])
+        self._forward = tf.function(self._forward_impl, input_signature=[ids, state])
         self._sample = tf.function(
             sample_tokens, input_signature=[tf.TensorSpec([None, None], tf.float32), *options])
 
-    def _forward_impl(self, ids, mems):
-        """[B, T], mems -> (next-token log-probs [B, V] after the last position, new mems)."""
-        hidden, new_mems = self.model(ids, mems, training=False, mem_len=self.mem_len)
-        return self.model.log_probs(hidden[:, -1:])[:, 0], new_mems
+    def _forward_impl(self, ids, state):
+        """[B, T], state -> (next-token log-probs [B, V] after the last position, new state)."""
+        hidden, new_state = self.model(ids, state, training=False, mem_len=self.mem_len)
+        return self.model.log_probs(hidden[:, -1:])[:, 0], new_state
 
     def tracing_counts(self):
         """dict name -> number of traces of each compiled function."""
@@ -185,18 +187,18 @@ class Decoder:
             chunk_len: int >= 1, tokens per forward pass; None: max(1, mem_len).
 
         Returns:
-            (log_probs [1, V] of the token after the prompt, mems: list of
-            `num_mems` tensors [1, min(len, mem_len), D]).
+            (log_probs [1, V] of the token after the prompt, the model state
+            after it: e.g. memories [1, min(len, mem_len), D]).
         """
         ids = _check_ids(prompt_ids, self.model.vocab_size)
         chunk_len = max(1, self.mem_len) if chunk_len is None else int(chunk_len)
         if chunk_len < 1:
             raise GenerationError(f"chunk_len={chunk_len} must be >= 1")
-        mems = [tf.zeros([1, 0, self.model.d_model], self.model.compute_dtype)
-                for _ in range(self.model.num_mems)]
+        state = self.model.initial_state(1, 0)  # empty memories
         for start in range(0, len(ids), chunk_len):
-            log_probs, mems = self._forward(tf.constant(ids[None, start:start + chunk_len]), mems)
-        return log_probs, mems
+            log_probs, state = self._forward(tf.constant(ids[None, start:start + chunk_len]),
+                                             state)
+        return log_probs, state
 
     def generate(self, prompt_ids, num_tokens, *, num_samples=1, temperature=1.0, top_k=0,
                  top_p=1.0, greedy=False, seed=None, chunk_len=None, return_log_probs=False):
@@ -223,10 +225,10 @@ class Decoder:
         """
         check_sampling_args(num_tokens, temperature, top_k, top_p, num_samples)
         seed = _check_seed(seed)
-        log_probs, mems = self.prefill(prompt_ids, chunk_len)
+        log_probs, state = self.prefill(prompt_ids, chunk_len)
         # The prompt ran once for one row; the rows only differ from here on.
         log_probs = tf.repeat(log_probs, num_samples, axis=0)  # [B, V]
-        mems = [tf.repeat(m, num_samples, axis=0) for m in mems]  # [B, M, D]
+        state = [tf.repeat(s, num_samples, axis=0) for s in state]  # [B, ...]
         options = (tf.constant(temperature, tf.float32), tf.constant(top_k, tf.int32),
                    tf.constant(top_p, tf.float32), tf.constant(bool(greedy)))
         rows = np.arange(num_samples, dtype=np.int64) + seed
@@ -240,7 +242,7 @@ class Decoder:
             if return_log_probs:
                 distributions.append(log_probs)
             if step + 1 < num_tokens:  # one forward of length 1 per new token
-                log_probs, mems = self._forward(tokens[-1][:, None], mems)
+                log_probs, state = self._forward(tokens[-1][:, None], state)
         tokens = np.stack([t.numpy() for t in tokens], axis=1).astype(np.int64)  # [B, N]
         if return_log_probs:
             return tokens, np.stack([d.numpy() for d in distributions], axis=1)  # [B, N, V]
@@ -274,7 +276,7 @@ def generate(model, prompt_ids, num_tokens, *, temperature=1.0, top_k=0, top_p=1
     `run.decoder()`) to generate many times.
 
     Args:
-        model: a built `TransformerXLLM`.
+        model: a built language model (model/interface.py).
         prompt_ids: non-empty sequence of ids in [0, V).
         num_tokens: int >= 1.
         temperature: float > 0, divides the log-probabilities.
@@ -282,7 +284,7 @@ def generate(model, prompt_ids, num_tokens, *, temperature=1.0, top_k=0, top_p=1
         top_p: float in (0, 1], keep the smallest most likely set of mass >= p.
         greedy: argmax decoding (the three options above are ignored).
         seed: int >= 0 for a reproducible sample; None: random.
-        mem_len: memory kept per block; None: the model's mem_len.
+        mem_len: memory kept per attention memory; None: the model's mem_len.
         chunk_len: prompt tokens per forward pass; None: max(1, mem_len).
 
     Returns:
@@ -373,7 +375,7 @@ def continuation_text(tokenizer, prompt, new_ids):
 
 @dataclasses.dataclass
 class Run:
-    """A trained run ready for inference: the float32 `TransformerXLLM` with the
+    """A trained run ready for inference: the float32 model (any family) with the
     checkpoint's weights, the data's tokenizer, the run's `TrainConfig`, the
     checkpoint prefix restored and the directory the tokenizer came from."""
 
@@ -483,7 +485,7 @@ def load_run(model_dir, checkpoint="best"):
         raise GenerationError(
             f"the tokenizer in {data_dir} has {tokenizer.vocab_size} ids but the model in "
             f"{model_dir} has vocab_size={config.model.vocab_size}: use the data it was trained on")
-    model = build_model(config.model, dtype="float32")
+    model = check_model(build_model(config.model, dtype="float32"))
     try:
         status = tf.train.Checkpoint(model=_VariableList(model.variables)).restore(path)
         status.assert_existing_objects_matched().expect_partial()

@@ -23,27 +23,90 @@ import numpy as np
 import tensorflow as tf
 
 io = dict(np.load("io.npz", allow_pickle=False))
+n = int(io["num_state"])
 out = {}
 serve = tf.saved_model.load("saved").signatures["serve"]
 for name in ("empty", "memory"):
-    result = serve(token_ids=tf.constant(io["ids"]), mems=tf.constant(io[f"mems_{name}"]))
+    state = {f"state_{i}": tf.constant(io[f"{name}_state_{i}"]) for i in range(n)}
+    result = serve(token_ids=tf.constant(io["ids"]), **state)
     out[f"saved_log_probs_{name}"] = result["log_probs"].numpy()
-    out[f"saved_new_mems_{name}"] = result["new_mems"].numpy()
+    for i in range(n):
+        out[f"saved_new_state_{name}_{i}"] = result[f"new_state_{i}"].numpy()
 assert "model" not in sys.modules, "the SavedModel must load without the project's code"
 
+import importlib
 import keras
-import model.transformer_xl  # registers the "par" layers
+importlib.import_module(sys.argv[1])  # the family's module registers its "par" layers
 
 lm = keras.saving.load_model("lm.keras")
-hidden, new_mems = lm(tf.constant(io["ids"]), list(io["mems_memory"]), training=False)
+memory = [io[f"memory_state_{i}"] for i in range(n)]
+hidden, new_state = lm(tf.constant(io["ids"]), memory, training=False)
 out["keras_log_probs"] = lm.log_probs(hidden).numpy()
-out["keras_new_mems"] = np.stack([m.numpy() for m in new_mems])
+for i, s in enumerate(new_state):
+    out[f"keras_new_state_{i}"] = s.numpy()
 out["keras_mem_len"] = np.array(lm.mem_len)
 loaded = sorted(m for m in sys.modules if m.split(".")[0] in
                 ("training", "serving", "data_utils", "pardata"))
 assert not loaded, loaded
 np.savez("out.npz", **out)
 """
+
+
+def random_state(model, batch, mem, rng):
+    """A state of `model` with random values: memory length `mem` where free."""
+    state = []
+    for spec in model.state_signature():
+        shape = [batch] + [mem if d is None else d for d in spec.shape[1:]]
+        state.append(rng.normal(size=shape).astype(np.float32))
+    return state
+
+
+def check_exports(run, tmp_path, family_module):
+    """Exports `run` both ways, reloads them in a clean process, compares outputs."""
+    import data_utils
+    import tensorflow as tf
+    from serving import export
+
+    model = run.model
+    assert export.export_keras(run, tmp_path / "lm.keras") == str(tmp_path / "lm.keras")
+    export.export_saved_model(run, str(tmp_path / "saved"), mem_len=6)
+    assert sorted(p for p in os.listdir(tmp_path) if p.startswith(".")) == []  # no temporaries
+
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, model.vocab_size, (2, 5)).astype(np.int32)
+    memory = random_state(model, 2, 3, rng)
+    empty = [s.numpy() for s in model.initial_state(2, 0)]
+    n = len(memory)
+    np.savez(tmp_path / "io.npz", ids=ids, num_state=n,
+             **{f"memory_state_{i}": s for i, s in enumerate(memory)},
+             **{f"empty_state_{i}": s for i, s in enumerate(empty)})
+    child = subprocess.run(
+        [sys.executable, "-c", RELOAD_SCRIPT, family_module], cwd=tmp_path, capture_output=True,
+        text=True, timeout=300,
+        env=dict(os.environ, PYTHONPATH=PROJECT_ROOT, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert child.returncode == 0, child.stderr[-3000:]
+    out = dict(np.load(tmp_path / "out.npz", allow_pickle=False))
+
+    for name, state in (("empty", empty), ("memory", memory)):
+        hidden, new_state = model(tf.constant(ids), [tf.constant(s) for s in state],
+                                  training=False, mem_len=6)
+        np.testing.assert_allclose(out[f"saved_log_probs_{name}"],
+                                   model.log_probs(hidden).numpy(), atol=1e-5)
+        for i, s in enumerate(new_state):
+            np.testing.assert_allclose(out[f"saved_new_state_{name}_{i}"], s.numpy(), atol=1e-6)
+    # The state matters, so the comparison above sees it.
+    assert np.abs(out["saved_log_probs_memory"] - out["saved_log_probs_empty"]).max() > 1e-3
+    # The .keras model keeps its config mem_len.
+    hidden, new_state = model(tf.constant(ids), [tf.constant(s) for s in memory], training=False)
+    assert int(out["keras_mem_len"]) == model.mem_len
+    np.testing.assert_allclose(out["keras_log_probs"], model.log_probs(hidden).numpy(), atol=1e-5)
+    for i, s in enumerate(new_state):
+        np.testing.assert_allclose(out[f"keras_new_state_{i}"], s.numpy(), atol=1e-6)
+    # The export carries the tokenizer.
+    tokenizer = data_utils.load_tokenizer(str(tmp_path / "saved" / "tokenizer"))
+    text = "the game of the year\n"
+    assert tokenizer.encode(text) == run.tokenizer.encode(text)
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -57,46 +120,13 @@ def run(tmp_path_factory, shared_data):
 
 @pytest.mark.slow
 def test_exports_reload_in_a_clean_process_with_equal_outputs(run, tmp_path):
-    import data_utils
-    import tensorflow as tf
-    from serving import export
-
     model = run.model
-    assert export.export_keras(run, tmp_path / "lm.keras") == str(tmp_path / "lm.keras")
-    export.export_saved_model(run, str(tmp_path / "saved"), mem_len=6)
-    assert sorted(p for p in os.listdir(tmp_path) if p.startswith(".")) == []  # no temporaries
-
-    rng = np.random.default_rng(0)
-    ids = rng.integers(0, model.vocab_size, (2, 5)).astype(np.int32)
-    mems = rng.normal(size=(model.num_mems, 2, 3, model.d_model)).astype(np.float32)
-    empty = np.zeros((model.num_mems, 2, 0, model.d_model), np.float32)
-    np.savez(tmp_path / "io.npz", ids=ids, mems_memory=mems, mems_empty=empty)
-    child = subprocess.run(
-        [sys.executable, "-c", RELOAD_SCRIPT], cwd=tmp_path, capture_output=True, text=True,
-        timeout=300, env=dict(os.environ, PYTHONPATH=PROJECT_ROOT, TF_CPP_MIN_LOG_LEVEL="2"))
-    assert child.returncode == 0, child.stderr[-3000:]
-    out = dict(np.load(tmp_path / "out.npz", allow_pickle=False))
-
-    for name, memory in (("empty", None), ("memory", list(mems))):
-        hidden, new_mems = model(tf.constant(ids), memory, training=False, mem_len=6)
-        np.testing.assert_allclose(out[f"saved_log_probs_{name}"],
-                                   model.log_probs(hidden).numpy(), atol=1e-5)
-        np.testing.assert_allclose(out[f"saved_new_mems_{name}"],
-                                   np.stack([m.numpy() for m in new_mems]), atol=1e-6)
-    # The memory matters, so the comparison above sees it.
-    assert np.abs(out["saved_log_probs_memory"] - out["saved_log_probs_empty"]).max() > 1e-3
-    assert out["saved_new_mems_memory"].shape == (model.num_mems, 2, 6, model.d_model)
-    assert out["saved_new_mems_empty"].shape == (model.num_mems, 2, 5, model.d_model)
-    # The .keras model keeps its config mem_len (8 in the tiny preset).
-    hidden, new_mems = model(tf.constant(ids), list(mems), training=False)
-    assert int(out["keras_mem_len"]) == model.mem_len == 8
-    np.testing.assert_allclose(out["keras_log_probs"], model.log_probs(hidden).numpy(), atol=1e-5)
-    np.testing.assert_allclose(out["keras_new_mems"], np.stack([m.numpy() for m in new_mems]),
-                               atol=1e-6)
-    # The export carries the tokenizer.
-    tokenizer = data_utils.load_tokenizer(str(tmp_path / "saved" / "tokenizer"))
-    text = "the game of the year\n"
-    assert tokenizer.encode(text) == run.tokenizer.encode(text)
+    out = check_exports(run, tmp_path, "model.transformer_xl")
+    # Transformer-XL: one memory per attention-carrying block, kept to mem_len.
+    assert len(model.state_signature()) == model.num_mems == 4
+    assert out["saved_new_state_memory_0"].shape == (2, 6, model.d_model)
+    assert out["saved_new_state_empty_0"].shape == (2, 5, model.d_model)
+    assert model.mem_len == 8  # the tiny preset's, kept by the .keras file
 
 
 def test_export_errors_leave_nothing_behind(run, tmp_path):

@@ -13,8 +13,9 @@ A checkpoint (`model_dir/ckpt-<step>.*`, TF's own format, no pickle) holds:
   iteration counters, loss scale).
 - `state`: `TrainState` below: step, epoch, position in the training split,
   the best validation NLL and its step, the partial sums of the current
-  logging interval, and the memories. Memories are stored as *global*
-  `[B, M, D]` tensors (rows of all replicas, in replica order, see
+  logging interval, and the model's state (`memories`: the per-row state
+  tensors of the language-model interface, e.g. Transformer-XL memories or
+  LSTM states). They are stored as *global* `[B, ...]` tensors (rows of all replicas, in replica order, see
   `training.strategy.gather_rows`) and split again on restore, so the replica
   count may change between save and restore.
 
@@ -38,15 +39,15 @@ CHECKPOINT_NAME = "ckpt"
 
 
 class TrainState(tf.Module):
-    """Trainer counters and memories saved with every checkpoint.
+    """Trainer counters and the model state saved with every checkpoint.
 
     Create it outside `strategy.scope()`: these are plain host variables,
     never mirrored.
 
     Args:
-        memory_shapes: list of global memory shapes [B, M, D] (one per
-            attention-carrying block).
-        memory_dtype: dtype of the memories (the compute dtype).
+        memory_shapes: list of global shapes [B, ...] of the model's state
+            tensors (`model.initial_state(B)`).
+        memory_dtype: dtype of the state (the compute dtype).
     """
 
     def __init__(self, memory_shapes, memory_dtype):
@@ -85,7 +86,7 @@ class Checkpointer:
 
     Args:
         model_dir: run directory.
-        model: the TransformerXLLM (built).
+        model: the built language model.
         optimizers: dict name -> built Keras optimizer (e.g.
             {"weights_optimizer": ..., "arch_optimizer": ...}).
         state: TrainState.
@@ -157,7 +158,7 @@ class Checkpointer:
         """Saves a checkpoint at the current step.
 
         Args:
-            memories: list of global memory tensors [B, M, D] (gathered from
+            memories: list of global state tensors [B, ...] (gathered from
                 the replicas), copied into the state first.
 
         Returns:
@@ -196,9 +197,10 @@ def clear_run(model_dir, logdir=None):
     """
     if not os.path.isdir(model_dir):
         return
+    from training import plugins
+
     names = ("checkpoint", "config.json", "training_log.log", "metrics.json",
-             "arch_history.json", "architecture.json", "architecture.txt",
-             "arch_history.png", "arch_history.gif")
+             *plugins.run_files())
     for name in os.listdir(model_dir):
         path = os.path.join(model_dir, name)
         if name in (BEST_DIR, "data") or name.startswith(".worker_"):

@@ -4,7 +4,8 @@
 `__post_init__`, written to `model_dir/config.json` and handed to
 `training.loop.train`. Every field has the name of its flag, so an error
 message that names a field also names the flag to fix. The model's own
-hyper-parameters live in the nested `ModelConfig` (`model/config.py`).
+hyper-parameters live in the nested config of its model family
+(`model/families.py`: `ModelConfig` for transformer_xl, ...).
 
 Checks that need more than the config itself (the built data's meta.json,
 the number of replicas of the strategy, a previous run in `model_dir`) are
@@ -18,12 +19,13 @@ import math
 import os
 from typing import Any
 
-from model.config import ModelConfig
+from model import families
+from training.optimizers import OPTIMIZERS as _OPTIMIZER_TABLE
 
 CONFIG_FILE = "config.json"
 STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
-OPTIMIZERS = ("adam", "adamw")
+OPTIMIZERS = tuple(_OPTIMIZER_TABLE)
 # Kept equal to training.schedules.LR_SCHEDULES / TAU_SCHEDULES (a test checks
 # it) so that validating flags does not have to import TensorFlow.
 LR_SCHEDULES = ("cosine", "linear", "constant")
@@ -50,7 +52,8 @@ class TrainConfig:
     Attributes:
         data_dir: built dataset (meta.json, shards, tokenizer).
         model_dir: checkpoints, config.json, training_log.log, metrics.json.
-        model: the ModelConfig (vocab_size taken from the data).
+        model: the model family's config (vocab_size taken from the data).
+        model_family: name of the model family (model/families.py).
         preset: name of the model preset the model fields started from.
         batch_size: global batch B (rows of the context-batched data).
         seq_len: segment length T of the built data.
@@ -67,8 +70,8 @@ class TrainConfig:
         arch_beta_1: Adam beta_1 of the architecture optimizer (0.5, the
             DARTS setting for architecture parameters).
         arch_beta_2: Adam beta_2 of the architecture optimizer (0.999).
-        optimizer: "adam" (L2 weight decay added to the gradient) or "adamw"
-            (decoupled weight decay) for the weights.
+        optimizer: weights optimizer, a key of training.optimizers.OPTIMIZERS
+            (adam, adamw, lamb, adagrad; each owns its weight-decay rule).
         learning_rate: peak learning rate of the weights.
         weight_decay: weight decay of the weights (0 = none); never applied to
             biases and normalisation scales.
@@ -100,7 +103,8 @@ class TrainConfig:
 
     data_dir: str
     model_dir: str
-    model: ModelConfig
+    model: Any
+    model_family: str = families.DEFAULT_FAMILY
     preset: str = "wt2_base"
     batch_size: int = 32
     seq_len: int = 32
@@ -149,10 +153,15 @@ class TrainConfig:
     deterministic: bool = False
 
     def __post_init__(self):
+        try:
+            family = families.get_family(self.model_family)
+        except ValueError as error:
+            raise ConfigError(f"--model_family={self.model_family}: {error}") from None
         if isinstance(self.model, dict):
-            object.__setattr__(self, "model", ModelConfig.from_dict(self.model))
-        if not isinstance(self.model, ModelConfig):
-            raise ConfigError(f"model must be a ModelConfig, got {type(self.model).__name__}")
+            object.__setattr__(self, "model", family.config_from_dict(self.model))
+        if not isinstance(self.model, family.config_class):
+            raise ConfigError(f"model must be a {family.config_class.__name__} for "
+                              f"--model_family={family.name}, got {type(self.model).__name__}")
         self._check_types()
         self._check_values()
 
@@ -218,11 +227,6 @@ class TrainConfig:
             require(self.decay_steps >= self.warmup_steps, "decay_steps",
                     f"must be >= --warmup_steps={self.warmup_steps} (or 0 for the whole run)")
 
-    @property
-    def is_supernet(self):
-        """bool: the model searches its architecture."""
-        return self.model.architecture == "supernet"
-
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly dict; the model config is nested under "model"."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -237,7 +241,8 @@ class TrainConfig:
         if unknown:
             raise ConfigError(f"unknown TrainConfig field(s) {unknown}; valid: {sorted(known)}")
         values = dict(values)
-        values["model"] = ModelConfig.from_dict(values["model"])
+        family = families.get_family(values.get("model_family", families.DEFAULT_FAMILY))
+        values["model"] = family.config_from_dict(values["model"])
         return cls(**values)
 
     def replace(self, **changes) -> "TrainConfig":
@@ -294,7 +299,7 @@ def check_data(config, meta):
             f"--batch_size={config.batch_size} but {where} was built with batch_size="
             f"{meta['batch_size']}: drop --batch_size or rebuild the data with that batch size")
     vocab = meta["vocab_size"]
-    cutoffs = config.model.cutoffs
+    cutoffs = getattr(config.model, "cutoffs", ())
     if cutoffs and (cutoffs[-1] >= vocab or cutoffs[0] < 1):
         raise ConfigError(
             f"--cutoffs={','.join(map(str, cutoffs))} do not fit the data's vocab_size={vocab} "
@@ -368,6 +373,12 @@ def check_resume(config, overwrite=False):
         raise ConfigError(
             f"--model_dir={config.model_dir} holds an unreadable {CONFIG_FILE} ({error}): "
             "pass --overwrite to start a new run there or choose another --model_dir") from None
+    if old.model_family != config.model_family:
+        raise ConfigError(
+            f"--model_dir={config.model_dir} holds a {old.model_family} run, which "
+            f"--model_family={config.model_family} cannot resume: use "
+            f"--model_family={old.model_family} to resume it, --overwrite to start over, or "
+            "another --model_dir")
     diff = incompatible_fields(old, config)
     if diff:
         shown = ", ".join(

@@ -20,7 +20,7 @@ import tensorflow as tf
 
 import data_utils
 from training import checkpoint as checkpoint_lib
-from training import derive, metrics, plots, summaries
+from training import metrics, summaries
 from training import strategy as strategy_lib
 from training.config import ConfigError, check_data, check_replicas, check_resume
 from training.trainer import Trainer
@@ -28,6 +28,10 @@ from training.trainer import Trainer
 TRAINING_LOG = "training_log.log"
 RUN_DATA_DIR = "data"  # meta.json + tokenizer files of the training data
 METRICS_FILE = "metrics.json"
+
+
+# Keys of Trainer.train_step's result that are not plug-in step values.
+_STEP_OUTPUTS = frozenset({"loss", "nll", "lr", "finite"})
 
 
 class NonFiniteError(RuntimeError):
@@ -106,8 +110,9 @@ def train(config, callbacks=None, *, strategy=None, overwrite=False):
     end, the best checkpoint on valid in model_dir/best, training_log.log,
     TensorBoard summaries under config.logdir (default logs/<run>),
     metrics.json with valid and test metrics of the last and the best
-    checkpoints, and for a supernet the derived architecture
-    (architecture.json/.txt) and the probability plots.
+    checkpoints, and what the plug-ins add (training/plugins: for a PAR
+    supernet the derived architecture, architecture.json/.txt and the
+    probability plots).
 
     Args:
         config: TrainConfig.
@@ -181,11 +186,8 @@ class _Run:
         self.log = _TrainingLog(os.path.join(model_dir, TRAINING_LOG), chief)
         self.log.truncate(self.step)
         self.summaries = summaries.TrainSummaries(logdir) if chief else None
-        self.history = plots.ArchHistory()
-        history_path = os.path.join(model_dir, plots.ARCH_HISTORY_FILE)
-        if start is not None and os.path.exists(history_path):
-            self.history = plots.ArchHistory.load(history_path)
-            self.history.truncate(self.step)
+        for plugin in trainer.plugins:
+            plugin.on_start(model_dir, start)
         if start is not None:
             logging.info("resuming %s at step %d", model_dir, self.step)
 
@@ -211,9 +213,10 @@ class _Run:
             out = trainer.train_step(inputs, targets)
             busy += time.perf_counter() - start
             if not out["finite"]:
+                norms = ", ".join(f"{k}={v}" for k, v in out.items() if k.endswith("grad_norm"))
                 raise NonFiniteError(
                     f"non-finite loss or gradient at step {self.step + 1} (nll={out['nll']}, "
-                    f"grad_norm={out['grad_norm']}, arch_grad_norm={out['arch_grad_norm']}); "
+                    f"{norms}); "
                     f"stopped without saving, the last checkpoint ({trainer.checkpointer.latest}) "
                     "is intact: lower --learning_rate or --clip_norm, or use float32")
             self.step += 1
@@ -221,7 +224,7 @@ class _Run:
             if position == records:  # a new epoch starts from fresh memories
                 state.epoch.assign_add(1)
                 position, iterator = 0, None
-                trainer.reset_memory()
+                trainer.reset_state()
             state.data_position.assign(position)
             interval_nll += out["nll"]
             interval_steps += 1
@@ -248,27 +251,26 @@ class _Run:
         trainer, step = self.trainer, self.step
         values = dict(loss=nll, perplexity=metrics.lm_metrics(nll, 1)["perplexity"],
                       bits_per_token=nll / math.log(2), lr_weights=out["lr"],
-                      tau=out["tau"], step_time=step_time, tokens_per_sec=tokens_per_sec,
+                      step_time=step_time, tokens_per_sec=tokens_per_sec,
                       grad_norm=out["grad_norm"])
-        if trainer.arch_optimizer is not None:
-            values["lr_arch"] = self.config.arch_learning_rate if (
-                step > self.config.arch_warmup_steps) else 0.0
-        self.log.write({"step": step, "loss": f"{nll:.7f}", "ppl": f"{values['perplexity']:.4f}",
-                        "lr": f"{out['lr']:.6e}", "tau": f"{out['tau']:.6f}",
-                        "tokens_per_sec": f"{tokens_per_sec:.1f}"})
-        logging.info("step %d/%d loss %.4f ppl %.2f lr %.3e tau %.3f %.0f tokens/s",
-                     step, trainer.total_steps, nll, values["perplexity"], out["lr"],
-                     out["tau"], tokens_per_sec)
+        step_values = {k: out[k] for k in out if k not in _STEP_OUTPUTS
+                       and not k.endswith("grad_norm")}  # the plug-ins' (e.g. tau)
+        values.update(step_values)
+        for plugin in trainer.plugins:
+            values.update(plugin.log_values(step, out))
+        line = {"step": step, "loss": f"{nll:.7f}", "ppl": f"{values['perplexity']:.4f}",
+                "lr": f"{out['lr']:.6e}"}
+        line.update({k: f"{v:.6f}" for k, v in step_values.items()})
+        line["tokens_per_sec"] = f"{tokens_per_sec:.1f}"
+        self.log.write(line)
+        extra = "".join(f" {k} {v:.3f}" for k, v in step_values.items())
+        logging.info("step %d/%d loss %.4f ppl %.2f lr %.3e%s %.0f tokens/s",
+                     step, trainer.total_steps, nll, values["perplexity"], out["lr"], extra,
+                     tokens_per_sec)
         if self.chief:
             self.summaries.scalars("train", step, values)
-            if self.config.is_supernet:
-                probs = np.asarray(trainer.model.arch_probabilities)
-                self.summaries.architecture(step, probs)
-                self.history.append(step, probs)
-                self.history.save(self.config.model_dir)
-            spans = [np.asarray(s) for s in trainer.model.spans]
-            if spans:
-                self.summaries.spans(step, spans)
+            for plugin in trainer.plugins:
+                plugin.on_log(step, self.summaries, self.config.model_dir)
             self.summaries.flush()
         for callback in self.callbacks:
             callback.on_train_log(step, values)
@@ -301,21 +303,9 @@ class _Run:
 
     def _finish(self):
         trainer, config, model_dir = self.trainer, self.config, self.config.model_dir
-        results = {"step": self.step, "architecture": trainer.model.derived_architecture}
-        if config.is_supernet:
-            report = derive.derivation_report(
-                config.model, np.asarray(trainer.model.arch_probabilities), config.seq_len,
-                config.model.mem_len, batch_size=trainer.batch_size)
-            results["derivation"] = {k: report[k] for k in (
-                "architecture", "counts", "relative_flops", "speedup")}
-            if self.chief:
-                derive.write_derivation(model_dir, report)
-                if len(self.history):
-                    plots.plot_arch_history(
-                        self.history, os.path.join(model_dir, "arch_history.png"),
-                        os.path.join(model_dir, "arch_history.gif"))
-            logging.info("derived architecture %s (%s), %.3f of Transformer-XL FLOPs",
-                         report["architecture"], report["counts"], report["relative_flops"] or 0)
+        results = {"step": self.step, "model_family": config.model_family}
+        for plugin in trainer.plugins:
+            plugin.on_finish(results, model_dir, self.chief)
         valid = self._valid[1]  # run() always ends with a valid evaluation at this step
         results["last"] = {"step": self.step, "valid": valid, "test": self._evaluate("test")}
         best_step = int(self.state.best_step.numpy())

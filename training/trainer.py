@@ -4,28 +4,33 @@ It also evaluates a split, samples text, saves and restores checkpoints and
 keeps the training memories. The host loop that drives it (data, logging,
 evaluation schedule, metrics.json) is `training.loop.train`.
 
+The trainer uses the model only through the language-model interface
+(model/interface.py): state in, state out, token NLL, log-probs, extra
+losses, variable groups. Research add-ons (the PAR search, span reports) are
+plug-ins (training/plugins) that contribute optimizer groups, losses and
+per-step values.
+
 The step (`Trainer.train_step`), with R replicas and the global batch [B, T]:
-1. Set the search state: `tau = tau_at(step)` and the Gumbel-noise step.
-2. Each replica runs its rows with its own memory and computes
-   `loss_r = sum(token_nll_r) / (B*T) + sum(span_losses) / R`, so that the sum
-   over replicas is the mean token NLL of the global batch plus the span
-   losses counted once, and the gradients of all variables.
+1. The plug-ins' `before_step` run (e.g. the PAR search sets tau).
+2. Each replica runs its rows with its own state and computes
+   `loss_r = sum(token_nll_r) / (B*T) + sum(extra_losses) / R`, so that the
+   sum over replicas is the mean token NLL of the global batch plus the extra
+   losses counted once, and the gradients of every optimizer group.
 3. The gradients are summed over replicas once (`all_reduce`), so every
-   replica holds the gradient of the global loss. The weights' gradients are
-   clipped to `clip_norm` by their global norm. The architecture logits are
-   not clipped: Adam already normalises their step, and clipping them with the
-   weights would let their gradient shrink the weights' update.
-4. If the loss and both gradient norms are finite, the weights optimizer and
-   (from `arch_warmup_steps` on) the architecture optimizer apply them. The
+   replica holds the gradient of the global loss. Each group's gradients are
+   clipped to its `clip_norm` by their global norm (the weights: --clip_norm;
+   a plug-in group decides for itself), then its L2 term is added.
+4. If the loss and every gradient norm are finite, each group's optimizer
+   applies its gradients (a plug-in group from its `start_step` on). The
    Keras optimizers' own cross-replica sum is switched off because the
    gradients are already reduced. Otherwise nothing is applied and the host
    stops the run with `training.loop.NonFiniteError`. Under mixed_float16
    overflowing gradients are normal: the loss-scale optimizer skips the step
    and lowers its scale, and only a non-finite loss stops the run.
-5. The replicas' new memories are kept for the next step.
+5. The replicas' new states are kept for the next step.
 
-The learning rate and tau are functions of the index of the step being taken
-(0 for the first step); both optimizers read it from `TrainState.step`.
+The learning rate and the plug-ins' schedules are functions of the index of
+the step being taken (0 for the first step), read from `TrainState.step`.
 """
 
 from absl import logging
@@ -33,9 +38,10 @@ import keras
 import tensorflow as tf
 
 import data_utils
-from model.builder import build_model
+from model.families import build_model
+from model.interface import WEIGHTS_GROUP, check_model
 from training import checkpoint as checkpoint_lib
-from training import metrics, schedules
+from training import metrics, optimizers, plugins, schedules
 from training import strategy as strategy_lib
 from training.config import total_steps
 
@@ -46,9 +52,10 @@ def _no_aggregation(grads_and_vars):
     return list(grads_and_vars)
 
 
-def _is_decayed(variable):
-    # Biases, norm scales, relative biases and architecture logits are vectors.
-    return len(variable.shape) > 1
+def _inner(optimizer):
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        return optimizer.inner_optimizer
+    return optimizer
 
 
 class Trainer:
@@ -79,110 +86,123 @@ class Trainer:
         self.lr_schedule = schedules.make_lr_schedule(
             config.lr_schedule, config.learning_rate, config.warmup_steps,
             config.decay_steps or max(self.total_steps, config.warmup_steps), config.min_lr)
-        self._tau_steps = config.tau_anneal_steps or self.total_steps
 
         with strategy.scope():
-            self.model = build_model(config.model)
-        mem_shapes = [m.shape for m in self.model.initial_mems(self.batch_size)]
+            self.model = check_model(build_model(config.model))
+        self.plugins = plugins.make_plugins(self.model, config, self.total_steps)
+        state_shapes = [s.shape for s in self.model.initial_state(self.batch_size)]
         # Host variables (outside the scope): never mirrored.
-        self.state = checkpoint_lib.TrainState(mem_shapes, self.model.compute_dtype)
+        self.state = checkpoint_lib.TrainState(state_shapes, self.model.compute_dtype)
         with strategy.scope():
-            self._weights = list(self.model.weight_variables)
-            self._arch = list(self.model.arch_variables)
-            self.weights_optimizer, self.arch_optimizer = self._make_optimizers()
-        self._decayed = [_is_decayed(v) for v in self._weights]
-        optimizers = {"weights_optimizer": self.weights_optimizer}
-        if self.arch_optimizer is not None:
-            optimizers["arch_optimizer"] = self.arch_optimizer
+            self.groups = self._make_groups()
+        self._check_groups()
         self.checkpointer = checkpoint_lib.Checkpointer(
-            config.model_dir, self.model, optimizers, self.state, config.keep_checkpoints,
-            strategy)
-        self.mems = None
-        self.reset_memory()
+            config.model_dir, self.model, {f"{g.name}_optimizer": g.optimizer
+                                           for g in self.groups},
+            self.state, config.keep_checkpoints, strategy)
+        self.model_state = None
+        self.reset_state()
         self._forward_backward = tf.function(self._replica_forward_backward,
                                              jit_compile=config.xla or None)
         self._step_fn = tf.function(self._step)
         self._eval_fn = tf.function(self._eval)
-        gen_mems = [tf.TensorSpec(m.shape, m.dtype)
-                    for m in self.model.initial_mems(1, self._sample_mem_len)]
         self._generate_fn = tf.function(self._generate_one, input_signature=[
-            tf.TensorSpec([1, None], tf.int32), gen_mems, tf.TensorSpec([2], tf.int64)])
+            tf.TensorSpec([1, None], tf.int32), self.model.state_signature(),
+            tf.TensorSpec([2], tf.int64)])
 
     # ------------------------------------------------------------ construction
 
-    def _make_optimizers(self):
+    def _make_groups(self):
+        """The weights' OptimizerGroup, then the plug-ins' (inside strategy.scope())."""
         c = self.config
         step = self.state.step
+        weights = list(self.model.variable_groups()[WEIGHTS_GROUP])
+        decayed = {id(v) for v in self.model.weight_decay_variables()}
+        not_decayed = [v for v in weights if id(v) not in decayed]
+        spec = optimizers.get_optimizer(c.optimizer)
 
         def learning_rate():
             return self.lr_schedule(step)
 
-        kwargs = dict(learning_rate=learning_rate, beta_1=c.beta_1, beta_2=c.beta_2,
-                      epsilon=c.epsilon)
-        if c.optimizer == "adamw":
-            weights = keras.optimizers.AdamW(weight_decay=c.weight_decay, **kwargs)
-            weights.exclude_from_weight_decay(
-                var_list=[v for v in self._weights if not _is_decayed(v)])
-        else:
-            weights = keras.optimizers.Adam(**kwargs)  # L2 decay is added to the gradient
-        weights._all_reduce_sum_gradients = _no_aggregation
+        optimizer = spec.make(learning_rate, c, not_decayed)
         if c.precision == "mixed_float16":
-            weights = keras.optimizers.LossScaleOptimizer(weights)
-        weights.build(self._weights)
-        arch = None
-        if self._arch:
-            arch = keras.optimizers.Adam(learning_rate=c.arch_learning_rate,
-                                         beta_1=c.arch_beta_1, beta_2=c.arch_beta_2,
-                                         epsilon=c.epsilon)
-            arch._all_reduce_sum_gradients = _no_aggregation
-            arch.build(self._arch)
-        return weights, arch
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+        l2 = c.weight_decay if spec.decay == optimizers.L2 else 0.0
+        groups = [plugins.OptimizerGroup(
+            name=WEIGHTS_GROUP, variables=weights, optimizer=optimizer, l2=l2,
+            l2_variables=[v for v in weights if id(v) in decayed], clip_norm=c.clip_norm,
+            learning_rate=learning_rate)]
+        for plugin in self.plugins:
+            groups.extend(plugin.optimizer_groups(step))
+        for group in groups:
+            _inner(group.optimizer)._all_reduce_sum_gradients = _no_aggregation
+            group.optimizer.build(group.variables)
+        return groups
+
+    def _check_groups(self):
+        trained = {g.name for g in self.groups}
+        untrained = sorted(set(self.model.variable_groups()) - trained)
+        if untrained:
+            raise ValueError(f"the model's variable group(s) {untrained} have no optimizer: "
+                             "register a plug-in that trains them (training/plugins)")
+
+    @property
+    def optimizers(self):
+        """dict group name -> its Keras optimizer ("weights" first)."""
+        return {g.name: g.optimizer for g in self.groups}
 
     @property
     def _loss_scale(self):
-        if isinstance(self.weights_optimizer, keras.optimizers.LossScaleOptimizer):
-            return self.weights_optimizer
+        optimizer = self.groups[0].optimizer
+        if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+            return optimizer
         return None
 
-    # ------------------------------------------------------------------ memory
+    @property
+    def _variables(self):
+        return [v for g in self.groups for v in g.variables]
 
-    def initial_memory(self, batch_size, mem_len=None):
-        """Zero memories for a global batch, split over the replicas."""
+    # ------------------------------------------------------------------- state
+
+    def initial_state(self, batch_size, mem_len=None):
+        """The model's zero state for a global batch, split over the replicas."""
         return strategy_lib.distribute_rows(
-            self.strategy, self.model.initial_mems(batch_size, mem_len))
+            self.strategy, self.model.initial_state(batch_size, mem_len))
 
-    def reset_memory(self):
-        """Zero training memories (start of the run and of every epoch)."""
-        self.mems = self.initial_memory(self.batch_size)
+    def reset_state(self):
+        """Zero training state (start of the run and of every epoch)."""
+        self.model_state = self.initial_state(self.batch_size)
 
-    def global_memory(self):
-        """The training memories as global [B, M, D] tensors (collective)."""
-        return strategy_lib.gather_rows(self.strategy, list(self.mems))
+    def global_state(self):
+        """The training state as global [B, ...] tensors (collective)."""
+        return strategy_lib.gather_rows(self.strategy, list(self.model_state))
 
     def restore(self):
-        """Restores the latest checkpoint (memories included); returns its step or None."""
+        """Restores the latest checkpoint (model state included); returns its step or None."""
         step = self.checkpointer.restore_latest()
         if step is not None:
-            self.mems = strategy_lib.distribute_rows(
+            self.model_state = strategy_lib.distribute_rows(
                 self.strategy, [tf.convert_to_tensor(m) for m in self.state.memories])
         return step
 
     def save(self):
         """Saves a checkpoint at the current step (collective under multi-worker)."""
-        return self.checkpointer.save(self.global_memory())
+        return self.checkpointer.save(self.global_state())
 
     # -------------------------------------------------------------------- step
 
-    def _replica_forward_backward(self, inputs, targets, mems):
+    def _replica_forward_backward(self, inputs, targets, model_state):
         model = self.model
-        variables = self._weights + self._arch
+        variables = self._variables
         with tf.GradientTape() as tape:
-            hidden, new_mems = model(inputs, mems, training=True)
+            hidden, new_state = model(inputs, model_state, training=True)
             nll_sum = tf.reduce_sum(model.token_nll(hidden, targets))
             loss = nll_sum / self._global_tokens
-            span_losses = model.span_losses
-            if span_losses:
-                loss += tf.add_n([tf.cast(s, tf.float32) for s in span_losses]) / self.replicas
+            extra = list(model.extra_losses(hidden))
+            for plugin in self.plugins:
+                extra.extend(plugin.extra_losses())
+            if extra:
+                loss += tf.add_n([tf.cast(x, tf.float32) for x in extra]) / self.replicas
             scaled = self._loss_scale.scale_loss(loss) if self._loss_scale else loss
         grads = tape.gradient(scaled, variables)
         missing = [v.path for v, g in zip(variables, grads) if g is None]
@@ -190,11 +210,10 @@ class Trainer:
             logging.warning("no gradient for %s; using zeros", missing)
         grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
                  for g, v in zip(grads, variables)]
-        return loss, nll_sum, grads, new_mems
+        return loss, nll_sum, grads, new_state
 
-    def _replica_step(self, inputs, targets, mems):
-        c = self.config
-        loss, nll_sum, grads, new_mems = self._forward_backward(inputs, targets, mems)
+    def _replica_step(self, inputs, targets, model_state):
+        loss, nll_sum, grads, new_state = self._forward_backward(inputs, targets, model_state)
         if self.replicas > 1:
             context = tf.distribute.get_replica_context()
             reduced = context.all_reduce(tf.distribute.ReduceOp.SUM, [loss, nll_sum] + grads)
@@ -202,60 +221,65 @@ class Trainer:
         if self._loss_scale:
             scale = tf.cast(self._loss_scale.dynamic_scale, tf.float32)
             grads = [g / scale for g in grads]
-        w_grads, a_grads = grads[:len(self._weights)], grads[len(self._weights):]
-        w_norm = tf.linalg.global_norm(w_grads)
-        a_norm = tf.linalg.global_norm(a_grads) if a_grads else tf.constant(0.0)
-        if c.clip_norm > 0:
-            w_grads, _ = tf.clip_by_global_norm(w_grads, c.clip_norm, use_norm=w_norm)
-        if c.optimizer == "adam" and c.weight_decay > 0:
-            w_grads = [g + c.weight_decay * tf.convert_to_tensor(v) if decayed else g
-                       for g, v, decayed in zip(w_grads, self._weights, self._decayed)]
-        if c.arch_weight_decay > 0:
-            a_grads = [g + c.arch_weight_decay * tf.convert_to_tensor(v)
-                       for g, v in zip(a_grads, self._arch)]
+        by_group, norms, offset = [], {}, 0
+        for group in self.groups:
+            group_grads = grads[offset:offset + len(group.variables)]
+            offset += len(group.variables)
+            norm = tf.linalg.global_norm(group_grads) if group_grads else tf.constant(0.0)
+            if group.clip_norm > 0:
+                group_grads, _ = tf.clip_by_global_norm(group_grads, group.clip_norm,
+                                                        use_norm=norm)
+            if group.l2 > 0:
+                decayed = {id(v) for v in group.l2_variables}
+                group_grads = [g + group.l2 * tf.convert_to_tensor(v) if id(v) in decayed else g
+                               for g, v in zip(group_grads, group.variables)]
+            by_group.append(group_grads)
+            norms[group.name] = norm
         if self._loss_scale:  # the loss-scale optimizer divides by the scale again
-            w_grads = [g * scale for g in w_grads]
-        grads_finite = tf.math.is_finite(w_norm) & tf.math.is_finite(a_norm)
-        out = dict(loss=loss, nll_sum=nll_sum, grad_norm=w_norm, arch_grad_norm=a_norm,
-                   loss_finite=tf.math.is_finite(loss), grads_finite=grads_finite)
-        return out, w_grads, a_grads, new_mems
+            by_group[0] = [g * scale for g in by_group[0]]
+        grads_finite = tf.reduce_all(tf.stack([tf.math.is_finite(n) for n in norms.values()]))
+        out = dict(loss=loss, nll_sum=nll_sum, loss_finite=tf.math.is_finite(loss),
+                   grads_finite=grads_finite)
+        out.update({_norm_key(name): norm for name, norm in norms.items()})
+        return out, by_group, new_state
 
-    def _step(self, inputs, targets, mems):
+    def _step(self, inputs, targets, model_state):
         step = self.state.step
-        tau = schedules.tau_at(step, self.config.tau_start, self.config.tau_end,
-                               self._tau_steps, self.config.tau_schedule)
-        if self.config.is_supernet:
-            self.model.set_search_state(tau, step)
+        for plugin in self.plugins:
+            plugin.before_step(step)
         lr = self.lr_schedule(step)
-        out, w_grads, a_grads, new_mems = self.strategy.run(
-            self._replica_step, args=(inputs, targets, mems))
+        out, by_group, new_state = self.strategy.run(
+            self._replica_step, args=(inputs, targets, model_state))
         out = {k: strategy_lib.first_local(self.strategy, v) for k, v in out.items()}
 
         # The conds live in the cross-replica context: Keras optimizers
         # merge_call, which a cond in a replica context cannot hold. A tensor
         # condition (not a Python one) keeps one traced graph for the whole run.
-        def apply_weights():
-            self.strategy.run(lambda g: self.weights_optimizer.apply(g, self._weights),
-                              args=(w_grads,))
-            return tf.constant(True)
-
-        def apply_arch():
-            self.strategy.run(lambda g: self.arch_optimizer.apply(g, self._arch),
-                              args=(a_grads,))
-            return tf.constant(True)
+        def apply(group, grads):
+            def fn():
+                self.strategy.run(lambda g: group.optimizer.apply(g, group.variables),
+                                  args=(grads,))
+                return tf.constant(True)
+            return fn
 
         def skip():
             return tf.constant(False)
 
         finite = out["loss_finite"] & out["grads_finite"]
-        # Under mixed_float16 the loss-scale optimizer also sees overflowing
-        # gradients: it skips them and lowers its scale.
-        tf.cond(finite | (self._loss_scale is not None), apply_weights, skip)
-        if self.arch_optimizer is not None:
-            tf.cond(finite & (step >= self.config.arch_warmup_steps), apply_arch, skip)
+        for index, (group, grads) in enumerate(zip(self.groups, by_group)):
+            condition = finite
+            if index == 0 and self._loss_scale is not None:
+                # The loss-scale optimizer also sees overflowing gradients: it
+                # skips them and lowers its scale.
+                condition = tf.constant(True)
+            if group.start_step > 0:
+                condition &= step >= group.start_step
+            tf.cond(condition, apply(group, grads), skip)
+        out["lr"] = lr
+        for plugin in self.plugins:
+            out.update(plugin.step_values(step))
         step.assign_add(1)
-        out.update(lr=lr, tau=tau)
-        return out, new_mems
+        return out, new_state
 
     def train_step(self, inputs, targets):
         """Runs one training step on a global batch.
@@ -264,11 +288,12 @@ class Trainer:
             inputs, targets: int32 [B, T] global batch.
 
         Returns:
-            Dict of Python numbers: loss (with span losses), nll (mean token
-            NLL), grad_norm, arch_grad_norm, lr, tau (of this step), finite.
+            Dict of Python numbers: loss (with extra losses), nll (mean token
+            NLL), grad_norm (weights), `<group>_grad_norm` of plug-in groups,
+            lr, the plug-ins' step values (e.g. tau), finite.
         """
         inputs, targets = strategy_lib.distribute_rows(self.strategy, (inputs, targets))
-        out, self.mems = self._step_fn(inputs, targets, self.mems)
+        out, self.model_state = self._step_fn(inputs, targets, self.model_state)
         out = {k: v.numpy() for k, v in out.items()}
         result = {k: float(v) for k, v in out.items() if not k.endswith("finite")}
         result["nll"] = result.pop("nll_sum") / self._global_tokens
@@ -279,25 +304,26 @@ class Trainer:
 
     # -------------------------------------------------------------- evaluation
 
-    def _eval(self, inputs, targets, mems):
+    def _eval(self, inputs, targets, model_state):
         mem_len = self.config.eval_mem_len
 
-        def replica(inputs, targets, mems):
-            hidden, new_mems = self.model(inputs, mems, training=False, mem_len=mem_len)
+        def replica(inputs, targets, model_state):
+            hidden, new_state = self.model(inputs, model_state, training=False, mem_len=mem_len)
             nll = self.model.token_nll(hidden, targets)
             count = tf.reduce_sum(tf.cast(targets >= 0, tf.float32))
-            return tf.reduce_sum(nll), count, new_mems
+            return tf.reduce_sum(nll), count, new_state
 
-        nll_sum, count, new_mems = self.strategy.run(replica, args=(inputs, targets, mems))
+        nll_sum, count, new_state = self.strategy.run(
+            replica, args=(inputs, targets, model_state))
         total = self.strategy.reduce(tf.distribute.ReduceOp.SUM, nll_sum, axis=None)
         count = self.strategy.reduce(tf.distribute.ReduceOp.SUM, count, axis=None)
-        return total, count, new_mems
+        return total, count, new_state
 
     def evaluate(self, split, max_records=0):
         """Deterministic evaluation of a split with memory carried across it.
 
-        The memory starts as zeros of length eval_mem_len at the split's
-        start. The NLL is summed per batch on the device and accumulated in
+        The model state starts as zeros (memories of length eval_mem_len)
+        at the split's start. The NLL is summed per batch on the device and accumulated in
         float64 on the host. meta.json's words and bytes count the whole
         split, but the records cover only `records * B * T` of its ids (the
         tail that does not fill a record is dropped, and max_records may cap
@@ -314,12 +340,12 @@ class Trainer:
         dataset = data_utils.make_dataset(self.config.data_dir, split, meta=self.meta)
         if max_records:
             dataset = dataset.take(max_records)
-        mems = self.initial_memory(info["batch_size"], self.config.eval_mem_len)
+        model_state = self.initial_state(info["batch_size"], self.config.eval_mem_len)
         acc = metrics.NllAccumulator()
         records = 0
         for inputs, targets in dataset:
             batch = strategy_lib.distribute_rows(self.strategy, (inputs, targets))
-            nll_sum, count, mems = self._eval_fn(batch[0], batch[1], mems)
+            nll_sum, count, model_state = self._eval_fn(batch[0], batch[1], model_state)
             acc.add(nll_sum.numpy(), count.numpy())
             records += 1
         fraction = acc.count / info["ids"]
@@ -333,12 +359,12 @@ class Trainer:
     def _sample_mem_len(self):
         return max(self.config.eval_mem_len, 1)
 
-    def _generate_one(self, inputs, mems, seed):
-        hidden, new_mems = self.model(inputs, mems, training=False,
-                                      mem_len=self._sample_mem_len)
+    def _generate_one(self, inputs, model_state, seed):
+        hidden, new_state = self.model(inputs, model_state, training=False,
+                                       mem_len=self._sample_mem_len)
         log_probs = self.model.log_probs(hidden[:, -1:])[:, 0]  # [1, V]
         token = tf.random.stateless_categorical(log_probs, 1, seed=seed, dtype=tf.int32)
-        return token, new_mems
+        return token, new_state
 
     def sample_text(self, num_tokens, step):
         """Text generated after the first segment of the valid split's first row.
@@ -354,11 +380,16 @@ class Trainer:
             return ""
         dataset = data_utils.make_dataset(self.config.data_dir, "valid", meta=self.meta)
         prompt = next(iter(dataset))[0][:1]  # [1, T]
-        mems = self.model.initial_mems(1, self._sample_mem_len)
+        model_state = self.model.initial_state(1, self._sample_mem_len)
         token, generated = prompt, []
         for i in range(num_tokens):
             seed = tf.constant([self.config.model.seed, step * 1_000_003 + i], tf.int64)
-            token, mems = self._generate_fn(token, mems, seed)
+            token, model_state = self._generate_fn(token, model_state, seed)
             generated.append(int(token[0, 0]))
         prompt_text = self.tokenizer.decode(prompt[0].numpy().tolist())
         return f"{prompt_text} || {self.tokenizer.decode(generated)}"
+
+
+def _norm_key(group_name):
+    """Output key of a group's gradient norm: grad_norm for the weights."""
+    return "grad_norm" if group_name == WEIGHTS_GROUP else f"{group_name}_grad_norm"

@@ -54,9 +54,9 @@ for inputs, targets in data_utils.make_dataset(data_dir, "train", meta=meta).tak
     a, b = one.train_step(inputs, targets), two.train_step(inputs, targets)
     pairs = {
         "weights": (arrays(one.model.variables), arrays(two.model.variables)),
-        "optimizer": (arrays(one.weights_optimizer.variables + one.arch_optimizer.variables),
-                      arrays(two.weights_optimizer.variables + two.arch_optimizer.variables)),
-        "memory": (arrays(one.global_memory()), arrays(two.global_memory())),
+        "optimizer": (arrays(one.optimizers["weights"].variables + one.optimizers["arch"].variables),
+                      arrays(two.optimizers["weights"].variables + two.optimizers["arch"].variables)),
+        "memory": (arrays(one.global_state()), arrays(two.global_state())),
     }
     diffs = {k: max(float(np.max(np.abs(x - y))) for x, y in zip(*v)) for k, v in pairs.items()}
     scale = {k: max(float(np.max(np.abs(x))) for x in v[0]) for k, v in pairs.items()}

@@ -167,7 +167,7 @@ def test_derived_architecture_trains_from_scratch(supernet_run, tmp_path):
         "--sample_tokens=0", "--eval_max_records=4", f"--logdir={tmp_path / 'logs'}"])
     derived, _ = train_cli.config_from_flags(fv)
     assert derived.model.architecture == metrics["architecture"]
-    assert not derived.is_supernet
+    assert derived.model.architecture != "supernet"
     result = train(derived)
     assert result["architecture"] == metrics["architecture"]
     assert "derivation" not in result
@@ -220,8 +220,8 @@ def test_mixed_precision_steps(make_config, tiny_data, precision):
         expected = float(tf.reduce_mean(reference.token_nll(hidden, targets)))
 
         assert trainer.model.compute_dtype == precision.split("_")[1]
-        assert all(m.dtype == trainer.model.compute_dtype for m in trainer.global_memory())
-        assert isinstance(trainer.weights_optimizer, keras.optimizers.LossScaleOptimizer) == (
+        assert all(m.dtype == trainer.model.compute_dtype for m in trainer.global_state())
+        assert isinstance(trainer.optimizers["weights"], keras.optimizers.LossScaleOptimizer) == (
             precision == "mixed_float16")
         outs = [trainer.train_step(*batch) for batch in batches]
         assert all(out["finite"] for out in outs)

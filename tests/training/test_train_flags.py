@@ -95,7 +95,7 @@ def test_flagfile(parse, tmp_path):
 def test_architecture_string_and_paths(parse, tmp_path):
     config, _ = parse("--architecture=afif")
     assert (config.model.architecture, config.model.num_blocks) == ("afif", 4)
-    assert not config.is_supernet
+    assert config.model.architecture != "supernet"
     run = tmp_path / "search"
     run.mkdir()
     (run / "architecture.txt").write_text("aaffff\n")

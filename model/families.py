@@ -1,0 +1,136 @@
+"""Model families by name: each one's config dataclass, builder and presets.
+
+A family is a language model that implements `model/interface.py`. Adding
+one means its own files plus one `Family` entry in `FAMILIES`; training/,
+serving/ and train.py then work for it unchanged (train.py generates the
+family's model flags from its config fields' help metadata).
+
+Importing this module does not load TensorFlow: builders are imported on
+first use.
+"""
+
+import dataclasses
+import importlib
+from typing import Any
+
+from model import builder as transformer_xl_builder
+from model.config import ModelConfig
+
+DEFAULT_FAMILY = "transformer_xl"
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """One model family.
+
+    Attributes:
+        name: registry name (the value of `--model_family`).
+        description: one line for help texts.
+        config_class: frozen dataclass with `from_dict`, `to_dict` and
+            `replace`; every field but vocab_size carries
+            `metadata={"help": ...}` (and "choices" for enums).
+        presets: preset name -> dict of config fields.
+        default_preset: the preset used when none is given.
+        builder: "module:function" building a model from a config, with
+            signature `(config, dtype=None) -> built model`.
+        train_defaults: preset name -> TrainConfig field values the preset
+            recommends (e.g. its optimizer); flags given by the user win.
+    """
+
+    name: str
+    description: str
+    config_class: type
+    presets: dict
+    default_preset: str
+    builder: str
+    train_defaults: dict = dataclasses.field(default_factory=dict)
+
+    def build(self, config, dtype=None):
+        """Builds the family's model from `config` (weights created)."""
+        if not isinstance(config, self.config_class):
+            raise TypeError(f"the {self.name} family builds from a {self.config_class.__name__}, "
+                            f"got {type(config).__name__}")
+        module, function = self.builder.split(":")
+        return getattr(importlib.import_module(module), function)(config, dtype=dtype)
+
+    def preset_config(self, preset=None, **overrides):
+        """The config of a preset of this family with some fields overridden.
+
+        Raises:
+            ValueError: unknown preset (naming the family that has it, if
+                any), unknown field, or an invalid value.
+        """
+        preset = self.default_preset if preset is None else preset
+        if preset not in self.presets:
+            owner = preset_family(preset)
+            if owner is not None:
+                raise ValueError(
+                    f"preset {preset!r} belongs to the {owner.name} family, not {self.name}: "
+                    f"use --model_family={owner.name}, or a {self.name} preset "
+                    f"({', '.join(sorted(self.presets))})")
+            raise ValueError(f"unknown {self.name} preset {preset!r}; choose one of "
+                             f"{sorted(self.presets)}")
+        return self.config_class.from_dict({**self.presets[preset], **overrides})
+
+    def config_from_dict(self, values: dict[str, Any]):
+        """The config class's `from_dict` (config.json -> config)."""
+        return self.config_class.from_dict(values)
+
+    def flag_fields(self):
+        """The config's dataclass fields that become train.py flags (not vocab_size)."""
+        return [f for f in dataclasses.fields(self.config_class) if f.name != "vocab_size"]
+
+
+def _families():
+    families = [
+        Family(
+            name="transformer_xl",
+            description="Transformer-XL / PAR supernet (attention, dense or identity blocks)",
+            config_class=ModelConfig,
+            presets=transformer_xl_builder.PRESETS,
+            default_preset="wt2_base",
+            builder="model.builder:build_transformer_xl",
+        ),
+    ]
+    return {family.name: family for family in families}
+
+
+FAMILIES: dict[str, Family] = _families()
+
+
+def get_family(name):
+    """The `Family` called `name`; ValueError listing the families otherwise."""
+    if name not in FAMILIES:
+        raise ValueError(f"unknown model family {name!r}; choose one of {sorted(FAMILIES)}")
+    return FAMILIES[name]
+
+
+def preset_family(preset):
+    """The family that has a preset called `preset`, or None."""
+    for family in FAMILIES.values():
+        if preset in family.presets:
+            return family
+    return None
+
+
+def family_of(config):
+    """The family whose config class `config` is an instance of."""
+    for family in FAMILIES.values():
+        if isinstance(config, family.config_class):
+            return family
+    known = ", ".join(f.config_class.__name__ for f in FAMILIES.values())
+    raise TypeError(f"build_model expects a model family's config ({known}), "
+                    f"got {type(config).__name__}")
+
+
+def build_model(config, dtype=None):
+    """Builds the model of any family from its config (weights created).
+
+    Args:
+        config: a family's config dataclass (e.g. ModelConfig).
+        dtype: optional Keras dtype policy; None uses the global policy.
+
+    Returns:
+        A built model implementing `model/interface.py`.
+    """
+    return family_of(config).build(config, dtype=dtype)

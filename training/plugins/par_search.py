@@ -1,0 +1,115 @@
+"""The PAR architecture search as a training plug-in.
+
+For a Transformer-XL / PAR model (model/transformer_xl.py) it owns what the
+search adds to plain training (Mandava et al. 2020, arXiv 2009.04534):
+- the architecture logits' optimizer: Adam (lr `arch_learning_rate`, betas
+  `arch_beta_1/2`), L2 decay `arch_weight_decay` added to the gradient, no
+  clipping (Adam already normalises the step; clipping with the weights would
+  let this gradient shrink the weights' update), updates from
+  `arch_warmup_steps` on;
+- the Gumbel-softmax temperature `tau_at(step)`, set on the model before
+  every step and logged;
+- the architecture summaries (TensorBoard), the probability history
+  (`arch_history.json`), and at the end the derived architecture
+  (`architecture.json/.txt`, metrics.json) and the plots.
+
+A fixed architecture gets only its architecture string in metrics.json.
+"""
+
+import os
+
+from absl import logging
+import numpy as np
+
+from training import derive, plots, schedules
+from training.plugins import OptimizerGroup, Plugin
+
+
+class ParSearch(Plugin):
+    """See the module docstring."""
+
+    RUN_FILES = (plots.ARCH_HISTORY_FILE, "architecture.json", "architecture.txt",
+                 "arch_history.png", "arch_history.gif")
+
+    def __init__(self, model, config, total_steps):
+        self.model = model
+        self.config = config
+        self.searching = "arch" in model.variable_groups()
+        self._tau_steps = config.tau_anneal_steps or total_steps
+        self._tau = None
+        self.history = plots.ArchHistory()
+
+    @classmethod
+    def create(cls, model, config, total_steps):
+        if getattr(model, "family", None) != "transformer_xl":
+            return None
+        return cls(model, config, total_steps)
+
+    # ------------------------------------------------------------ the step
+
+    def optimizer_groups(self, step):
+        if not self.searching:
+            return []
+        import keras
+
+        c = self.config
+        variables = list(self.model.variable_groups()["arch"])
+        optimizer = keras.optimizers.Adam(learning_rate=c.arch_learning_rate,
+                                          beta_1=c.arch_beta_1, beta_2=c.arch_beta_2,
+                                          epsilon=c.epsilon)
+        return [OptimizerGroup(
+            name="arch", variables=variables, optimizer=optimizer, l2=c.arch_weight_decay,
+            l2_variables=variables, clip_norm=0.0, start_step=c.arch_warmup_steps,
+            learning_rate=lambda: c.arch_learning_rate)]
+
+    def before_step(self, step):
+        if not self.searching:
+            return
+        c = self.config
+        self._tau = schedules.tau_at(step, c.tau_start, c.tau_end, self._tau_steps,
+                                     c.tau_schedule)
+        self.model.set_search_state(self._tau, step)
+
+    def step_values(self, step):
+        return {"tau": self._tau} if self.searching else {}
+
+    # ------------------------------------------------------------ the host
+
+    def on_start(self, model_dir, resumed_step):
+        path = os.path.join(model_dir, plots.ARCH_HISTORY_FILE)
+        if resumed_step is not None and os.path.exists(path):
+            self.history = plots.ArchHistory.load(path)
+            self.history.truncate(resumed_step)
+
+    def log_values(self, step, out):
+        if not self.searching:
+            return {}
+        return {"lr_arch": self.config.arch_learning_rate
+                if step > self.config.arch_warmup_steps else 0.0}
+
+    def on_log(self, step, summaries, model_dir):
+        if not self.searching:
+            return
+        probs = np.asarray(self.model.arch_probabilities)
+        summaries.architecture(step, probs)
+        self.history.append(step, probs)
+        self.history.save(model_dir)
+
+    def on_finish(self, results, model_dir, chief):
+        results["architecture"] = self.model.derived_architecture
+        if not self.searching:
+            return
+        c = self.config
+        report = derive.derivation_report(
+            c.model, np.asarray(self.model.arch_probabilities), c.seq_len, c.model.mem_len,
+            batch_size=c.batch_size)
+        results["derivation"] = {k: report[k] for k in (
+            "architecture", "counts", "relative_flops", "speedup")}
+        if chief:
+            derive.write_derivation(model_dir, report)
+            if len(self.history):
+                plots.plot_arch_history(
+                    self.history, os.path.join(model_dir, "arch_history.png"),
+                    os.path.join(model_dir, "arch_history.gif"))
+        logging.info("derived architecture %s (%s), %.3f of Transformer-XL FLOPs",
+                     report["architecture"], report["counts"], report["relative_flops"] or 0)
