@@ -1,0 +1,300 @@
+"""Frozen, validated configuration of the SHA-RNN language model, and presets.
+
+SHA-RNN (Merity 2019, "Single Headed Attention RNN: Stop Thinking With Your
+Head", arXiv 1911.11423; reference code smerity/sha-rnn, model.py): a stack
+of LSTM blocks with a Boom feed-forward in every block and one single-head
+attention in the second-to-last block. `ShaRnnConfig` describes one model;
+`model.sha_rnn.build_sha_rnn(config)` is the only place that unpacks it.
+Every field is checked in `__post_init__`; a bad value raises a `ValueError`
+naming the field and the fix. Importing this module does not load TensorFlow.
+
+Field names follow `model.config.ModelConfig` where the concept is the same
+(vocab_size, d_model, mem_len, dropout, attn_dropout, cutoffs, proj_factor,
+proj_dims, tie_weights, seed). Each field's help text lives in its metadata
+(flags are generated from it).
+"""
+
+import dataclasses
+import math
+from typing import Any
+
+from model.config import tail_dims
+
+_TUPLE_FIELDS = ("attention_layers", "cutoffs", "proj_dims")
+_DROPOUT_FIELDS = ("dropout", "dropout_input", "dropout_hidden", "attn_dropout")
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _field(default, help_text, **metadata):
+    return dataclasses.field(default=default, metadata={"help": help_text, **metadata})
+
+
+def default_attention_layers(num_layers):
+    """The reference's attention placement: the second-to-last block only.
+
+    The reference builds `use_attn = idx == nlayers - 2`. With one layer that
+    index does not exist; here the single block gets the attention instead
+    (ask for a plain LSTM with `attention_layers=()`).
+
+    Args:
+        num_layers: int >= 1.
+
+    Returns:
+        Tuple with one block index.
+    """
+    return (num_layers - 2,) if num_layers >= 2 else (0,)
+
+
+@dataclasses.dataclass(frozen=True)
+class ShaRnnConfig:
+    """Hyper-parameters of `ShaRnnLM` (model/sha_rnn.py).
+
+    The defaults are the reference's enwik8 model (README command): 4 layers,
+    width 1024, Boom 4096, one attention in block 2, memory 5000, dropouts
+    0.1, tied full softmax. Only `vocab_size` has no default.
+
+    Attributes:
+        vocab_size: number of token ids V.
+        d_model: embedding and LSTM width D (the reference's --emsize).
+        num_layers: number of blocks L (LSTM + optional attention + Boom).
+        boom_dim: Boom inner width F (the reference's --nhid), a multiple of D.
+        attention_layers: blocks with attention; None = second-to-last only,
+            () = plain LSTM language model.
+        mem_len: attention memory length M kept between segments.
+        dropout: dropout on the last block's output (reference `dropout`).
+        dropout_input: dropout on the embeddings (reference `dropouti`).
+        dropout_hidden: dropout inside the blocks (reference `dropouth`).
+        attn_dropout: dropout on the attention weights.
+        ar_coef: activation regularisation coefficient (0 disables it).
+        cutoffs, proj_factor, proj_dims: adaptive softmax, as in ModelConfig.
+        tie_weights: share the softmax weights with the input embedding.
+        seed: seed of the weight initialisers and dropout masks.
+    All dropout rates are applied by `model.dropout.FastDropout`, which rounds
+    them to a multiple of 1/256.
+    """
+
+    vocab_size: int = dataclasses.field(
+        metadata={"help": "Number of token ids V (the data's vocabulary size)."}
+    )
+    d_model: int = _field(1024, "Embedding and LSTM width D (reference --emsize).")
+    num_layers: int = _field(4, "Number of SHA-RNN blocks (LSTM, optional attention, Boom).")
+    boom_dim: int = _field(
+        4096, "Boom feed-forward inner width (reference --nhid); a multiple of d_model."
+    )
+    attention_layers: tuple[int, ...] | None = _field(
+        None,
+        "Block indices with single-head attention; None: the second-to-last block "
+        "(the paper's model); empty: plain LSTM language model.",
+    )
+    mem_len: int = _field(5000, "Attention memory length M kept between segments (0: none).")
+    dropout: float = _field(0.1, "Dropout on the output of the last block (reference dropout).")
+    dropout_input: float = _field(0.1, "Dropout on the input embeddings (reference dropouti).")
+    dropout_hidden: float = _field(
+        0.1, "Dropout inside the blocks: LSTM output, attention q/v/output, Boom (dropouth)."
+    )
+    attn_dropout: float = _field(
+        0.1, "Dropout on the attention weights (the reference uses dropouth here)."
+    )
+    ar_coef: float = _field(
+        0.0, "Activation regularisation ar_coef * mean(hidden**2) (AWD-LSTM); 0 disables it."
+    )
+    cutoffs: tuple[int, ...] = _field(
+        (), "Adaptive-softmax cutoffs (excluding V); empty: full softmax."
+    )
+    proj_factor: float = _field(4.0, "Adaptive-softmax tail i has width d_model / proj_factor^i.")
+    proj_dims: tuple[int, ...] = _field(
+        (), "Explicit adaptive-softmax tail widths, one per cutoff (overrides proj_factor)."
+    )
+    tie_weights: bool = _field(
+        True, "Share the softmax weights with the input embedding (the reference always ties)."
+    )
+    seed: int = _field(0, "Seed of the weight initialisers and dropout masks.")
+
+    def __post_init__(self):
+        # Lists (from JSON or flags) become tuples so the config stays hashable.
+        for name in _TUPLE_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, list):
+                object.__setattr__(self, name, tuple(value))
+        self._check_types()
+        self._check_sizes()
+        self._check_attention_layers()
+        self._check_rates()
+        self._check_softmax()
+
+    def _check_types(self):
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.name in _TUPLE_FIELDS:
+                ok = (value is None and field.name == "attention_layers") or (
+                    isinstance(value, tuple) and all(_is_int(v) for v in value)
+                )
+                want = "a tuple of integers"
+                if field.name == "attention_layers":
+                    want += " or None"
+            elif field.type is int:
+                ok, want = _is_int(value), "an integer"
+            elif field.type is float:
+                ok, want = _is_number(value), "a number"
+            elif field.type is bool:
+                ok, want = isinstance(value, bool), "True or False"
+            else:
+                ok, want = True, ""
+            if not ok:
+                raise ValueError(f"{field.name} must be {want}, got {value!r}")
+
+    def _check_sizes(self):
+        for name in ("vocab_size", "d_model", "num_layers", "boom_dim"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        if self.boom_dim % self.d_model:
+            # The reference trims the remainder; those weights would never be used.
+            raise ValueError(
+                f"boom_dim={self.boom_dim} is not a multiple of d_model={self.d_model}: the Boom "
+                "sums boom_dim // d_model chunks of width d_model; choose e.g. "
+                f"boom_dim={4 * self.d_model}"
+            )
+        if self.mem_len < 0:
+            raise ValueError(f"mem_len must be >= 0 (0 keeps no memory), got {self.mem_len}")
+
+    def _check_attention_layers(self):
+        layers = self.attention_layers
+        if layers is None:
+            return
+        bad = [i for i in layers if not 0 <= i < self.num_layers]
+        if bad:
+            raise ValueError(
+                f"attention_layers={layers} has indices {bad} outside "
+                f"[0, num_layers={self.num_layers}): give block indices counted from 0, "
+                "None for the second-to-last block, or () for none"
+            )
+        if len(set(layers)) != len(layers):
+            raise ValueError(f"attention_layers={layers} repeats an index: list each block once")
+
+    def _check_rates(self):
+        for name in _DROPOUT_FIELDS:
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {value}")
+        if not (self.ar_coef >= 0.0 and math.isfinite(self.ar_coef)):
+            raise ValueError(
+                f"ar_coef must be a finite number >= 0 (0 disables it), got {self.ar_coef}"
+            )
+
+    def _check_softmax(self):
+        # Same rule as ModelConfig._check_softmax (private there, so repeated).
+        cutoffs = self.cutoffs
+        if any(c < 1 or c >= self.vocab_size for c in cutoffs):
+            raise ValueError(
+                f"cutoffs={cutoffs} must lie in [1, vocab_size={self.vocab_size}) "
+                "(the vocabulary size itself is implied, do not list it)"
+            )
+        if any(b <= a for a, b in zip(cutoffs, cutoffs[1:])):
+            raise ValueError(f"cutoffs={cutoffs} must be strictly increasing")
+        if self.proj_dims and len(self.proj_dims) != len(cutoffs):
+            raise ValueError(
+                f"proj_dims={self.proj_dims} needs one width per tail cluster, i.e. "
+                f"len(cutoffs)={len(cutoffs)} values; or leave it empty to use proj_factor"
+            )
+        if not (self.proj_factor >= 1.0 and math.isfinite(self.proj_factor)):
+            raise ValueError(f"proj_factor must be a finite number >= 1, got {self.proj_factor}")
+        tail_dims(self.d_model, len(cutoffs), self.proj_factor, self.proj_dims)  # proj_dims >= 1
+
+    @property
+    def resolved_attention_layers(self):
+        """tuple[int, ...]: sorted block indices that carry attention."""
+        if self.attention_layers is None:
+            return default_attention_layers(self.num_layers)
+        return tuple(sorted(self.attention_layers))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly dict (tuples become lists; attention_layers may be None)."""
+        out = dataclasses.asdict(self)
+        for name in _TUPLE_FIELDS:
+            if out[name] is not None:
+                out[name] = list(out[name])
+        return out
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "ShaRnnConfig":
+        """Inverse of `to_dict`; unknown keys raise a ValueError listing them."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown ShaRnnConfig field(s) {unknown}; valid fields are {sorted(known)}"
+            )
+        return cls(**values)
+
+    def replace(self, **changes) -> "ShaRnnConfig":
+        """A copy with some fields changed (validated again)."""
+        known = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown ShaRnnConfig field(s) {unknown}; valid fields are {sorted(known)}"
+            )
+        return dataclasses.replace(self, **changes)
+
+
+# Presets: dicts of ShaRnnConfig keyword arguments.
+_SMALL = dict(
+    vocab_size=256, d_model=256, num_layers=3, boom_dim=1024, mem_len=512,
+    dropout=0.1, dropout_input=0.1, dropout_hidden=0.1, attn_dropout=0.1,
+)  # fmt: skip
+_WT2 = dict(
+    vocab_size=12000, d_model=256, num_layers=4, boom_dim=1024, mem_len=512,
+    dropout=0.2, dropout_input=0.2, dropout_hidden=0.2, attn_dropout=0.1,
+    cutoffs=(1000, 3845),
+)  # fmt: skip
+
+PRESETS: dict[str, dict] = {
+    # The reference README command (enwik8, bytes, full softmax, tied):
+    #   main.py --epochs 32 --dropouth 0.1 --dropouti 0.1 --dropout 0.1
+    #       --optimizer lamb --bptt 1024 --warmup 800 --lr 2e-3 --emsize 1024
+    #       --nhid 4096 --nlayers 4 --batch_size 16
+    # (DESIGN.md says batch 8, the size the README suggests for the variant
+    # with attention in every layer.) Trainer settings, not model fields:
+    # LAMB, lr 2e-3, 800 warm-up steps, bptt 1024 (the trainer's seq_len comes
+    # from the data), main.py defaults clip 0.25 and weight decay 1.2e-6.
+    # The reference keeps 5000 positions (memory + segment) for attention.
+    "sha_rnn_enwik8": dict(
+        vocab_size=256, d_model=1024, num_layers=4, boom_dim=4096, mem_len=5000,
+        dropout=0.1, dropout_input=0.1, dropout_hidden=0.1, attn_dropout=0.1, cutoffs=(),
+    ),
+    # Byte-level WikiText-2 on a 2-core CPU: width 256, three blocks with the
+    # attention in block 1 (second-to-last, as in the paper). Not tuned.
+    "sha_rnn_small": dict(_SMALL),
+    "lstm_small": dict(_SMALL, attention_layers=(), mem_len=0),
+    # WikiText-2 with the 12k sentencepiece vocabulary; cutoffs as the
+    # Transformer-XL wt2_base preset (optimal_cuts.py at d_model 128; at
+    # d_model 256 it suggests (1000, 3495)). Dropouts are a guess for a
+    # small corpus, not tuned.
+    "sha_rnn_wt2": dict(_WT2),
+    "lstm_wt2": dict(_WT2, attention_layers=(), mem_len=0),
+}  # fmt: skip
+
+
+def sha_rnn_preset(name, **overrides) -> ShaRnnConfig:
+    """The `ShaRnnConfig` of a named preset, with some fields overridden.
+
+    Args:
+        name: a key of `PRESETS`.
+        **overrides: ShaRnnConfig fields to change.
+
+    Returns:
+        A validated ShaRnnConfig.
+
+    Raises:
+        ValueError: unknown preset or field, or an invalid value.
+    """
+    if name not in PRESETS:
+        raise ValueError(f"unknown SHA-RNN preset {name!r}; choose one of {sorted(PRESETS)}")
+    return ShaRnnConfig.from_dict({**PRESETS[name], **overrides})
