@@ -28,6 +28,7 @@ import keras
 import tensorflow as tf
 
 from model.dropout import FastDropout
+from model.initializers import clone_initializer
 
 # Added to masked logits (in float32) so their softmax weight is exactly 0;
 # finite rather than -inf so a fully masked row could never produce NaN.
@@ -96,27 +97,6 @@ def rel_shift(x):
     # slice (StridedSliceGrad) is several times slower than Slice's (a Pad).
     shifted = tf.slice(padded, [0] * (rank - 2) + [1, 0], [-1] * rank)  # [B, N, K, T]
     return tf.reshape(shifted, shape)  # [B, N, T, K]
-
-
-def clone_initializer(initializer, offset):
-    """A fresh copy of a Keras initializer for the `offset`-th weight of a layer.
-
-    A seeded Keras 3 initializer returns the same values at every call, so
-    reusing it (or a plain copy) would make e.g. the query and key kernels
-    equal; the seed of the copy is shifted by `offset` instead.
-
-    Args:
-        initializer: a Keras initializer.
-        offset: int, distinct for each weight of the layer.
-
-    Returns:
-        A new initializer of the same class.
-    """
-    config = keras.initializers.serialize(initializer)
-    seed = config.get("config", {}).get("seed")
-    if isinstance(seed, int):
-        config["config"]["seed"] = seed + offset
-    return keras.initializers.get(config)
 
 
 def causal_mask(qlen, klen):
