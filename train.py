@@ -39,7 +39,7 @@ _MODEL_HELP = {
     "d_ffn": (int, "Inner width of the dense (feed-forward) blocks."),
     "num_blocks": (int, "Blocks (a Transformer-XL layer is two: attention + dense)."),
     "mem_len": (int, "Memory length M during training."),
-    "clamp_len": (int, "Clamp relative distances to this (< 0: no clamping)."),
+    "clamp_len": (int, "Clamp relative distances to this (<= 0: no clamping)."),
     "dropout": (float, "Dropout on embeddings and block outputs."),
     "attn_dropout": (float, "Dropout on attention weights."),
     "pre_norm": (bool, "Pre-norm blocks instead of the paper's post-norm."),

@@ -111,7 +111,8 @@ class ModelConfig:
         architecture: "supernet", "transformer_xl" or an a/f/i string.
         attention: "relative" or "adaptive_span".
         mem_len: memory length M kept between segments during training.
-        clamp_len: clamp relative distances to this value; < 0: no clamping.
+        clamp_len: clamp relative distances to this value; <= 0: no clamping
+            (as the reference Transformer-XL).
         dropout: dropout on embeddings and sub-layer outputs, in [0, 1);
             applied by `model.dropout.FastDropout`, which rounds the rate to
             a multiple of 1/256 (and scales by the rounded rate).

@@ -39,12 +39,14 @@ def relative_positional_encoding(klen, d_model, clamp_len=-1, dtype="float32"):
     """Sinusoid embedding of the relative distances `klen - 1, ..., 1, 0`.
 
     Row k encodes the distance `klen - 1 - k`, so the last row is distance 0.
-    Distances above `clamp_len` are clamped to it when `clamp_len >= 0`.
+    Distances above `clamp_len` are clamped to it when `clamp_len > 0`; as in
+    the reference Transformer-XL, `clamp_len <= 0` means no clamping (a clamp
+    to 0 would erase all position information).
 
     Args:
         klen: int or scalar int tensor, the key length K.
         d_model: int, the (even) embedding width D.
-        clamp_len: int, clamp distances to this value; < 0 disables clamping.
+        clamp_len: int, clamp distances to this value; <= 0 disables clamping.
         dtype: dtype of the result (computed in float32 first).
 
     Returns:
@@ -55,7 +57,7 @@ def relative_positional_encoding(klen, d_model, clamp_len=-1, dtype="float32"):
         raise ValueError(f"d_model must be even for the sinusoid encoding, got {d_model}")
     inv_freq = 1.0 / tf.pow(10000.0, tf.range(0, d_model, 2, dtype=tf.float32) / d_model)
     positions = tf.range(tf.cast(klen, tf.float32) - 1.0, -1.0, -1.0, dtype=tf.float32)
-    if clamp_len >= 0:
+    if clamp_len > 0:
         positions = tf.minimum(positions, float(clamp_len))
     angles = positions[:, None] * inv_freq[None, :]  # [K, D/2]
     encoding = tf.concat([tf.sin(angles), tf.cos(angles)], axis=-1)  # [K, D]
@@ -131,7 +133,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         dropout: float, dropout on the output projection (`FastDropout`: the
             rate is quantised to a multiple of 1/256).
         attn_dropout: float, dropout on the attention weights (likewise).
-        clamp_len: int, clamp relative distances to this value; < 0: no clamp.
+        clamp_len: int, clamp relative distances to this value; <= 0: no clamp.
         pre_norm: bool, pre-norm instead of post-norm.
         untie_rel_bias: bool, see above.
         layer_norm_epsilon: float, epsilon of the layer norm.

@@ -92,7 +92,7 @@ class StochasticBlock(keras.layers.Layer):
         d_ffn: int, inner width F of the dense candidate.
         dropout: float, dropout of both sub-layers.
         attn_dropout: float, dropout on attention weights.
-        clamp_len: int, relative distance clamp (< 0: none).
+        clamp_len: int, relative distance clamp (<= 0: none).
         pre_norm: bool, pre-norm sub-layers.
         untie_rel_bias: bool, per-layer relative biases.
         attention: "relative" or "adaptive_span".

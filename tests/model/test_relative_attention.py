@@ -79,7 +79,7 @@ def slow_attention(layer, x, mem, span_weight=None, renorm_eps=0.0):
                 scores, values = [], []
                 for j in range(mlen + i + 1):  # causal: keys up to absolute position M + i
                     distance = mlen + i - j
-                    if layer.clamp_len >= 0:
+                    if layer.clamp_len > 0:
                         distance = min(distance, layer.clamp_len)
                     k = keys[b, j] @ w["key_kernel"][:, n]
                     r = sinusoid(distance, width) @ w["position_kernel"][:, n]
@@ -109,8 +109,21 @@ def test_positional_encoding_matches_formula():
     for clamp_len in (-1, 0, 3):
         got = relative_positional_encoding(6, D, clamp_len).numpy()
         for k in range(6):
-            position = 5 - k if clamp_len < 0 else min(5 - k, clamp_len)
+            position = 5 - k if clamp_len <= 0 else min(5 - k, clamp_len)
             np.testing.assert_allclose(got[k], sinusoid(position, D), atol=1e-6)
+
+
+def test_clamp_len_zero_or_negative_means_no_clamping():
+    # As the reference Transformer-XL: `if self.clamp_len > 0: pos_seq.clamp_(max=...)`.
+    unclamped = np.stack([sinusoid(5 - k, D) for k in range(6)])
+    for clamp_len in (0, -1, -7):
+        got = relative_positional_encoding(6, D, clamp_len).numpy()
+        np.testing.assert_allclose(got, unclamped, atol=1e-6)
+    x, mem = random_inputs()
+    expected = make_layer(clamp_len=-1)(x, mem).numpy()  # same seed: same weights
+    np.testing.assert_array_equal(make_layer(clamp_len=0)(x, mem).numpy(), expected)
+    # ...while a positive clamp does change the output at this scale.
+    assert np.abs(make_layer(clamp_len=1)(x, mem).numpy() - expected).max() > 1e-3
 
 
 @pytest.mark.parametrize("qlen,klen", [(3, 7), (4, 4), (1, 5)])
