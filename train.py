@@ -44,7 +44,8 @@ _MODEL_HELP = {
     "attn_dropout": (float, "Dropout on attention weights."),
     "pre_norm": (bool, "Pre-norm blocks instead of the paper's post-norm."),
     "final_norm": (bool, "Layer norm after the last block."),
-    "untie_rel_bias": (bool, "Relative-position biases u, v per layer."),
+    "untie_rel_bias": (bool, "Relative-position biases u, v per layer; false: one pair "
+                             "shared by every layer (the Transformer-XL reference default)."),
     "proj_factor": (float, "Tail cluster i of the adaptive softmax has width "
                            "d_model / proj_factor^(i+1)."),
     "adaptive_input": (bool, "Adaptive input embedding with the softmax's clusters."),

@@ -119,7 +119,8 @@ class ModelConfig:
         attn_dropout: dropout on attention weights, in [0, 1) (same rounding).
         pre_norm: pre-norm blocks instead of the paper's post-norm.
         final_norm: layer norm after the last block.
-        untie_rel_bias: one pair of relative biases u, v per layer.
+        untie_rel_bias: one pair of relative biases u, v per layer; False: one
+            pair shared by every attention layer, owned by the model.
         cutoffs: adaptive-softmax cutoffs (excluding V); () = full softmax.
         proj_factor: tail cluster i has width d_model / proj_factor^(i+1).
         proj_dims: explicit tail widths, one per cutoff (overrides proj_factor).

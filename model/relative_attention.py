@@ -13,7 +13,8 @@ Score of query i (absolute position M + i) and key j (0 <= j < K):
 
     s(i, j) = ((q_i + u) . k_j + (q_i + v) . (W_R r_{M+i-j})) / sqrt(H)
 
-with `r` a fixed sinusoid over the distance, `u`, `v` learned per head, and a
+with `r` a fixed sinusoid over the distance, `u`, `v` learned per head (per
+layer, or one pair shared by every layer and passed in at call time), and a
 causal mask that lets query i see the keys j <= M + i (all memory and the
 current positions up to i). Scores are laid out `[B, N, T, K]`.
 
@@ -122,9 +123,12 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
     memory and the current input (the memory caches un-normalised block
     inputs), and the residual adds the raw input.
 
-    `untie_rel_bias=False` is accepted for config compatibility but the biases
-    `u`, `v` remain one pair per layer: sharing a variable across Keras layers
-    would break their independent serialization.
+    Relative biases: with `untie_rel_bias=True` (default) the layer owns its
+    `u`, `v`. With `untie_rel_bias=False` it creates none and takes the pair
+    shared by all layers at call time (`rel_bias=(u, v)`), as the reference
+    Transformer-XL does when `untie_r` is False; the owner of the shared
+    variables (`TransformerXLLM`) creates, saves and passes them, so the layer
+    stays serialisable on its own (its config holds only the flag).
 
     Args:
         d_model: int, model width D.
@@ -135,7 +139,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         attn_dropout: float, dropout on the attention weights (likewise).
         clamp_len: int, clamp relative distances to this value; <= 0: no clamp.
         pre_norm: bool, pre-norm instead of post-norm.
-        untie_rel_bias: bool, see above.
+        untie_rel_bias: bool, own `u`, `v` (True) or take them in `call`.
         layer_norm_epsilon: float, epsilon of the layer norm.
         kernel_initializer: initializer of the projections and of `u`, `v`
             (default normal with stddev 0.02, as in Transformer-XL).
@@ -206,8 +210,11 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         self.position_kernel = kernel("position_kernel", projection)  # W_R [D, N, H]
         output = (self.num_heads, self.d_head, self.d_model)
         self.output_kernel = kernel("output_kernel", output)  # [N, H, D]
-        self.content_bias = kernel("content_bias", (self.num_heads, self.d_head))  # u [N, H]
-        self.position_bias = kernel("position_bias", (self.num_heads, self.d_head))  # v [N, H]
+        if self.untie_rel_bias:
+            self.content_bias = kernel("content_bias", (self.num_heads, self.d_head))  # u [N, H]
+            self.position_bias = kernel("position_bias", (self.num_heads, self.d_head))  # v [N, H]
+        else:
+            self.content_bias = self.position_bias = None  # shared: passed to call
         self.layer_norm.build(input_shape)
         super().build(input_shape)
 
@@ -228,13 +235,32 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         mask = causal_mask(shape[-2], shape[-1])  # [T, K]
         return tf.nn.softmax(tf.where(mask, logits, _MASK_VALUE), axis=-1)
 
-    def _attend(self, query_input, kv_input, training):
+    def _relative_biases(self, rel_bias):
+        """(u, v) [N, H] in the compute dtype: the layer's own or the shared pair."""
+        if self.untie_rel_bias:
+            if rel_bias is not None:
+                raise ValueError(
+                    f"{self.name}: untie_rel_bias=True, the layer owns its u, v; do not pass "
+                    "rel_bias (or build the layer with untie_rel_bias=False to share them)"
+                )
+            return self.content_bias, self.position_bias
+        if rel_bias is None:
+            raise ValueError(
+                f"{self.name}: untie_rel_bias=False, the relative biases are shared: pass "
+                "rel_bias=(u, v), each [num_heads, d_head] (TransformerXLLM owns them), or "
+                "build the layer with untie_rel_bias=True"
+            )
+        content_bias, position_bias = rel_bias
+        return tf.cast(content_bias, self.compute_dtype), tf.cast(position_bias, self.compute_dtype)
+
+    def _attend(self, query_input, kv_input, training, content_bias, position_bias):
         """Attention without residual and norm.
 
         Args:
             query_input: [B, T, D] current segment.
             kv_input: [B, K, D] memory followed by the current segment.
             training: bool.
+            content_bias, position_bias: u, v [N, H].
 
         Returns:
             [B, T, D] output of the output projection (before dropout).
@@ -250,8 +276,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         )  # [K, D]
         r = tf.einsum("kd,dnh->knh", r, self.position_kernel)  # [K, N, H]
         # Scaling the [B, T, N, H] queries is cheaper than scaling [B, N, T, K] scores.
-        q_content = (q + self.content_bias) * scale  # [B, T, N, H]
-        q_position = (q + self.position_bias) * scale  # [B, T, N, H]
+        q_content = (q + content_bias) * scale  # [B, T, N, H]
+        q_position = (q + position_bias) * scale  # [B, T, N, H]
         content = tf.einsum("btnh,bknh->bntk", q_content, k)  # [B, N, T, K]
         position = rel_shift(tf.einsum("btnh,knh->bntk", q_position, r))  # [B, N, T, K]
         logits = tf.cast(content + position, tf.float32)  # [B, N, T, K]
@@ -261,17 +287,23 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         context = tf.einsum("bntk,bknh->btnh", weights, v)  # [B, T, N, H]
         return tf.einsum("btnh,nhd->btd", context, self.output_kernel)  # [B, T, D]
 
-    def call(self, x, mem=None, training=False):
+    def call(self, x, mem=None, training=False, rel_bias=None):
         """Applies attention over `concat(mem, x)`, the residual and the norm.
 
         Args:
             x: [B, T, D] current segment.
             mem: [B, M, D] memory (M may be 0) or None.
             training: bool, enables dropout.
+            rel_bias: (u, v), each [N, H], the biases shared across layers:
+                required when `untie_rel_bias=False`, refused otherwise.
 
         Returns:
             [B, T, D] in the compute dtype.
+
+        Raises:
+            ValueError: `rel_bias` does not match `untie_rel_bias`.
         """
+        content_bias, position_bias = self._relative_biases(rel_bias)
         x = tf.cast(x, self.compute_dtype)
         if mem is not None:
             mem = self._select_memory(tf.cast(mem, self.compute_dtype))
@@ -283,7 +315,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             query_input = tf.slice(kv_input, [0, tf.shape(kv_input)[1] - qlen, 0], [-1, qlen, -1])
         else:
             query_input = x
-        attn = self._attend(query_input, kv_input, training)
+        attn = self._attend(query_input, kv_input, training, content_bias, position_bias)
         attn = self.output_dropout(attn, training=training)
         if self.pre_norm:
             return x + attn
