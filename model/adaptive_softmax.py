@@ -31,6 +31,7 @@ import keras
 import tensorflow as tf
 
 from model.config import tail_dims
+from model.initializers import clone_initializer
 
 
 def _set_layout(layer, vocab_size, d_model, cutoffs, proj_factor, proj_dims):
@@ -67,6 +68,15 @@ def _set_layout(layer, vocab_size, d_model, cutoffs, proj_factor, proj_dims):
 
 
 _serialize = keras.initializers.serialize
+
+
+def _fresh(layer, initializer):
+    """A copy of `initializer` for the layer's next weight.
+
+    A reused Keras 3 initializer repeats its random stream (tails would copy
+    the head), so every weight gets its own clone.
+    """
+    return clone_initializer(initializer, len(layer.weights))
 
 
 def _layout_config(layer):
@@ -172,7 +182,7 @@ class AdaptiveSoftmax(keras.layers.Layer):
         self.head_kernel = self.add_weight(
             name="head_kernel",
             shape=(self.d_model, self.head_size),  # [D, S]
-            initializer=self.kernel_initializer,
+            initializer=_fresh(self, self.kernel_initializer),
             autocast=False,
         )
         self.head_bias = self.add_weight(
@@ -191,7 +201,7 @@ class AdaptiveSoftmax(keras.layers.Layer):
                 self.add_weight(
                     name=f"tail_{i}_projection",
                     shape=(self.d_model, dim),  # [D, d_i]
-                    initializer=self.kernel_initializer,
+                    initializer=_fresh(self, self.kernel_initializer),
                     autocast=False,
                 )
             )
@@ -199,7 +209,7 @@ class AdaptiveSoftmax(keras.layers.Layer):
                 self.add_weight(
                     name=f"tail_{i}_kernel",
                     shape=(dim, hi - lo),  # [d_i, C_i]
-                    initializer=self.kernel_initializer,
+                    initializer=_fresh(self, self.kernel_initializer),
                     autocast=False,
                 )
             )
@@ -404,7 +414,7 @@ class AdaptiveEmbedding(keras.layers.Layer):
         self.head_embeddings = self.add_weight(
             name="head_embeddings",
             shape=(self.head_tokens, self.d_model),  # [c_0, D]
-            initializer=self.embeddings_initializer,
+            initializer=_fresh(self, self.embeddings_initializer),
             autocast=False,
         )
         self.tail_embeddings = []
@@ -416,7 +426,7 @@ class AdaptiveEmbedding(keras.layers.Layer):
                 self.add_weight(
                     name=f"tail_{i}_embeddings",
                     shape=(hi - lo, dim),  # [C_i, d_i]
-                    initializer=self.embeddings_initializer,
+                    initializer=_fresh(self, self.embeddings_initializer),
                     autocast=False,
                 )
             )
@@ -424,7 +434,7 @@ class AdaptiveEmbedding(keras.layers.Layer):
                 self.add_weight(
                     name=f"tail_{i}_projection",
                     shape=(dim, self.d_model),  # [d_i, D]
-                    initializer=self.kernel_initializer,
+                    initializer=_fresh(self, self.kernel_initializer),
                     autocast=False,
                 )
             )

@@ -193,9 +193,9 @@ class AdaptiveSpanAttention(RelativeMultiHeadAttention):
         weights = weights * mask
         return weights / (tf.reduce_sum(weights, axis=-1, keepdims=True) + _RENORM_EPSILON)
 
-    def call(self, x, mem=None, training=False):
+    def call(self, x, mem=None, training=False, rel_bias=None):
         """See `RelativeMultiHeadAttention.call`; adds the span loss when training."""
-        outputs = super().call(x, mem, training=training)
+        outputs = super().call(x, mem, training=training, rel_bias=rel_bias)
         if training and self.add_span_loss:
             self.add_loss(self.span_loss())
         return outputs

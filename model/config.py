@@ -119,14 +119,16 @@ class ModelConfig:
         architecture: "supernet", "transformer_xl" or an a/f/i string.
         attention: "relative" or "adaptive_span".
         mem_len: memory length M kept between segments during training.
-        clamp_len: clamp relative distances to this value; < 0: no clamping.
+        clamp_len: clamp relative distances to this value; <= 0: no clamping
+            (as the reference Transformer-XL).
         dropout: dropout on embeddings and sub-layer outputs, in [0, 1);
             applied by `model.dropout.FastDropout`, which rounds the rate to
             a multiple of 1/256 (and scales by the rounded rate).
         attn_dropout: dropout on attention weights, in [0, 1) (same rounding).
         pre_norm: pre-norm blocks instead of the paper's post-norm.
         final_norm: layer norm after the last block.
-        untie_rel_bias: one pair of relative biases u, v per layer.
+        untie_rel_bias: one pair of relative biases u, v per layer; False: one
+            pair shared by every attention layer, owned by the model.
         cutoffs: adaptive-softmax cutoffs (excluding V); () = full softmax.
         proj_factor: tail cluster i has width d_model / proj_factor^(i+1).
         proj_dims: explicit tail widths, one per cutoff (overrides proj_factor).
@@ -151,12 +153,14 @@ class ModelConfig:
     architecture: str = _field(SUPERNET, "supernet, transformer_xl or an a/f/i string.")
     attention: str = _field("relative", "Attention kind.", ATTENTIONS)
     mem_len: int = _field(16, "Memory length M during training.")
-    clamp_len: int = _field(-1, "Clamp relative distances to this (< 0: no clamping).")
+    clamp_len: int = _field(-1, "Clamp relative distances to this (<= 0: no clamping).")
     dropout: float = _field(0.1, "Dropout on embeddings and block outputs.")
     attn_dropout: float = _field(0.0, "Dropout on attention weights.")
     pre_norm: bool = _field(False, "Pre-norm blocks instead of the paper's post-norm.")
     final_norm: bool = _field(False, "Layer norm after the last block.")
-    untie_rel_bias: bool = _field(True, "Relative-position biases u, v per layer.")
+    untie_rel_bias: bool = _field(
+        True, "Relative-position biases u, v per layer; false: one pair shared by every layer "
+        "(the Transformer-XL reference default).")
     cutoffs: tuple[int, ...] = _field(
         (), "Adaptive-softmax cutoffs (excluding V); empty: full softmax.")
     proj_factor: float = _field(

@@ -14,7 +14,7 @@ with `FF(x) = Dropout(Dense_D(Dropout(act(Dense_F(x)))))`.
 import keras
 
 from model.dropout import FastDropout
-from model.relative_attention import clone_initializer
+from model.initializers import clone_initializer
 
 
 @keras.saving.register_keras_serializable(package="par")

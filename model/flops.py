@@ -220,7 +220,10 @@ def param_count(config, architecture=None):
     arch = _architecture(config, architecture)
     d, v, nh = config.d_model, config.vocab_size, config.num_heads * config.head_size
     layer_norm = 2 * d
-    attention = 5 * d * nh + 2 * nh + layer_norm  # q, k, v, W_R, o; u, v
+    rel_bias = 2 * nh  # u, v: per attention layer, or one pair for the model
+    attention = 5 * d * nh + layer_norm  # q, k, v, W_R, o
+    if config.untie_rel_bias:
+        attention += rel_bias
     if config.attention == "adaptive_span":
         attention += config.num_heads  # one span fraction per head
     dense = 2 * d * config.d_ffn + config.d_ffn + d + layer_norm
@@ -228,6 +231,8 @@ def param_count(config, architecture=None):
         blocks = config.num_blocks * (attention + dense + 3)
     else:
         blocks = arch.count("a") * attention + arch.count("f") * dense
+    if not config.untie_rel_bias and (arch == SUPERNET or "a" in arch):
+        blocks += rel_bias
 
     head_tokens, tails = _clusters(config)
     if config.cutoffs:

@@ -13,7 +13,8 @@ Score of query i (absolute position M + i) and key j (0 <= j < K):
 
     s(i, j) = ((q_i + u) . k_j + (q_i + v) . (W_R r_{M+i-j})) / sqrt(H)
 
-with `r` a fixed sinusoid over the distance, `u`, `v` learned per head, and a
+with `r` a fixed sinusoid over the distance, `u`, `v` learned per head (per
+layer, or one pair shared by every layer and passed in at call time), and a
 causal mask that lets query i see the keys j <= M + i (all memory and the
 current positions up to i). Scores are laid out `[B, N, T, K]`.
 
@@ -28,6 +29,7 @@ import keras
 import tensorflow as tf
 
 from model.dropout import FastDropout
+from model.initializers import clone_initializer
 
 # Added to masked logits (in float32) so their softmax weight is exactly 0;
 # finite rather than -inf so a fully masked row could never produce NaN.
@@ -38,12 +40,14 @@ def relative_positional_encoding(klen, d_model, clamp_len=-1, dtype="float32"):
     """Sinusoid embedding of the relative distances `klen - 1, ..., 1, 0`.
 
     Row k encodes the distance `klen - 1 - k`, so the last row is distance 0.
-    Distances above `clamp_len` are clamped to it when `clamp_len >= 0`.
+    Distances above `clamp_len` are clamped to it when `clamp_len > 0`; as in
+    the reference Transformer-XL, `clamp_len <= 0` means no clamping (a clamp
+    to 0 would erase all position information).
 
     Args:
         klen: int or scalar int tensor, the key length K.
         d_model: int, the (even) embedding width D.
-        clamp_len: int, clamp distances to this value; < 0 disables clamping.
+        clamp_len: int, clamp distances to this value; <= 0 disables clamping.
         dtype: dtype of the result (computed in float32 first).
 
     Returns:
@@ -54,7 +58,7 @@ def relative_positional_encoding(klen, d_model, clamp_len=-1, dtype="float32"):
         raise ValueError(f"d_model must be even for the sinusoid encoding, got {d_model}")
     inv_freq = 1.0 / tf.pow(10000.0, tf.range(0, d_model, 2, dtype=tf.float32) / d_model)
     positions = tf.range(tf.cast(klen, tf.float32) - 1.0, -1.0, -1.0, dtype=tf.float32)
-    if clamp_len >= 0:
+    if clamp_len > 0:
         positions = tf.minimum(positions, float(clamp_len))
     angles = positions[:, None] * inv_freq[None, :]  # [K, D/2]
     encoding = tf.concat([tf.sin(angles), tf.cos(angles)], axis=-1)  # [K, D]
@@ -98,27 +102,6 @@ def rel_shift(x):
     return tf.reshape(shifted, shape)  # [B, N, T, K]
 
 
-def clone_initializer(initializer, offset):
-    """A fresh copy of a Keras initializer for the `offset`-th weight of a layer.
-
-    A seeded Keras 3 initializer returns the same values at every call, so
-    reusing it (or a plain copy) would make e.g. the query and key kernels
-    equal; the seed of the copy is shifted by `offset` instead.
-
-    Args:
-        initializer: a Keras initializer.
-        offset: int, distinct for each weight of the layer.
-
-    Returns:
-        A new initializer of the same class.
-    """
-    config = keras.initializers.serialize(initializer)
-    seed = config.get("config", {}).get("seed")
-    if isinstance(seed, int):
-        config["config"]["seed"] = seed + offset
-    return keras.initializers.get(config)
-
-
 def causal_mask(qlen, klen):
     """Boolean [T, K]: query i (absolute position K - T + i) sees keys j <= K - T + i."""
     mlen = klen - qlen
@@ -140,9 +123,12 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
     memory and the current input (the memory caches un-normalised block
     inputs), and the residual adds the raw input.
 
-    `untie_rel_bias=False` is accepted for config compatibility but the biases
-    `u`, `v` remain one pair per layer: sharing a variable across Keras layers
-    would break their independent serialization.
+    Relative biases: with `untie_rel_bias=True` (default) the layer owns its
+    `u`, `v`. With `untie_rel_bias=False` it creates none and takes the pair
+    shared by all layers at call time (`rel_bias=(u, v)`), as the reference
+    Transformer-XL does when `untie_r` is False; the owner of the shared
+    variables (`TransformerXLLM`) creates, saves and passes them, so the layer
+    stays serialisable on its own (its config holds only the flag).
 
     Args:
         d_model: int, model width D.
@@ -151,9 +137,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         dropout: float, dropout on the output projection (`FastDropout`: the
             rate is quantised to a multiple of 1/256).
         attn_dropout: float, dropout on the attention weights (likewise).
-        clamp_len: int, clamp relative distances to this value; < 0: no clamp.
+        clamp_len: int, clamp relative distances to this value; <= 0: no clamp.
         pre_norm: bool, pre-norm instead of post-norm.
-        untie_rel_bias: bool, see above.
+        untie_rel_bias: bool, own `u`, `v` (True) or take them in `call`.
         layer_norm_epsilon: float, epsilon of the layer norm.
         kernel_initializer: initializer of the projections and of `u`, `v`
             (default normal with stddev 0.02, as in Transformer-XL).
@@ -224,8 +210,11 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         self.position_kernel = kernel("position_kernel", projection)  # W_R [D, N, H]
         output = (self.num_heads, self.d_head, self.d_model)
         self.output_kernel = kernel("output_kernel", output)  # [N, H, D]
-        self.content_bias = kernel("content_bias", (self.num_heads, self.d_head))  # u [N, H]
-        self.position_bias = kernel("position_bias", (self.num_heads, self.d_head))  # v [N, H]
+        if self.untie_rel_bias:
+            self.content_bias = kernel("content_bias", (self.num_heads, self.d_head))  # u [N, H]
+            self.position_bias = kernel("position_bias", (self.num_heads, self.d_head))  # v [N, H]
+        else:
+            self.content_bias = self.position_bias = None  # shared: passed to call
         self.layer_norm.build(input_shape)
         super().build(input_shape)
 
@@ -246,13 +235,32 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         mask = causal_mask(shape[-2], shape[-1])  # [T, K]
         return tf.nn.softmax(tf.where(mask, logits, _MASK_VALUE), axis=-1)
 
-    def _attend(self, query_input, kv_input, training):
+    def _relative_biases(self, rel_bias):
+        """(u, v) [N, H] in the compute dtype: the layer's own or the shared pair."""
+        if self.untie_rel_bias:
+            if rel_bias is not None:
+                raise ValueError(
+                    f"{self.name}: untie_rel_bias=True, the layer owns its u, v; do not pass "
+                    "rel_bias (or build the layer with untie_rel_bias=False to share them)"
+                )
+            return self.content_bias, self.position_bias
+        if rel_bias is None:
+            raise ValueError(
+                f"{self.name}: untie_rel_bias=False, the relative biases are shared: pass "
+                "rel_bias=(u, v), each [num_heads, d_head] (TransformerXLLM owns them), or "
+                "build the layer with untie_rel_bias=True"
+            )
+        content_bias, position_bias = rel_bias
+        return tf.cast(content_bias, self.compute_dtype), tf.cast(position_bias, self.compute_dtype)
+
+    def _attend(self, query_input, kv_input, training, content_bias, position_bias):
         """Attention without residual and norm.
 
         Args:
             query_input: [B, T, D] current segment.
             kv_input: [B, K, D] memory followed by the current segment.
             training: bool.
+            content_bias, position_bias: u, v [N, H].
 
         Returns:
             [B, T, D] output of the output projection (before dropout).
@@ -268,8 +276,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         )  # [K, D]
         r = tf.einsum("kd,dnh->knh", r, self.position_kernel)  # [K, N, H]
         # Scaling the [B, T, N, H] queries is cheaper than scaling [B, N, T, K] scores.
-        q_content = (q + self.content_bias) * scale  # [B, T, N, H]
-        q_position = (q + self.position_bias) * scale  # [B, T, N, H]
+        q_content = (q + content_bias) * scale  # [B, T, N, H]
+        q_position = (q + position_bias) * scale  # [B, T, N, H]
         content = tf.einsum("btnh,bknh->bntk", q_content, k)  # [B, N, T, K]
         position = rel_shift(tf.einsum("btnh,knh->bntk", q_position, r))  # [B, N, T, K]
         logits = tf.cast(content + position, tf.float32)  # [B, N, T, K]
@@ -279,17 +287,23 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         context = tf.einsum("bntk,bknh->btnh", weights, v)  # [B, T, N, H]
         return tf.einsum("btnh,nhd->btd", context, self.output_kernel)  # [B, T, D]
 
-    def call(self, x, mem=None, training=False):
+    def call(self, x, mem=None, training=False, rel_bias=None):
         """Applies attention over `concat(mem, x)`, the residual and the norm.
 
         Args:
             x: [B, T, D] current segment.
             mem: [B, M, D] memory (M may be 0) or None.
             training: bool, enables dropout.
+            rel_bias: (u, v), each [N, H], the biases shared across layers:
+                required when `untie_rel_bias=False`, refused otherwise.
 
         Returns:
             [B, T, D] in the compute dtype.
+
+        Raises:
+            ValueError: `rel_bias` does not match `untie_rel_bias`.
         """
+        content_bias, position_bias = self._relative_biases(rel_bias)
         x = tf.cast(x, self.compute_dtype)
         if mem is not None:
             mem = self._select_memory(tf.cast(mem, self.compute_dtype))
@@ -301,7 +315,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             query_input = tf.slice(kv_input, [0, tf.shape(kv_input)[1] - qlen, 0], [-1, qlen, -1])
         else:
             query_input = x
-        attn = self._attend(query_input, kv_input, training)
+        attn = self._attend(query_input, kv_input, training, content_bias, position_bias)
         attn = self.output_dropout(attn, training=training)
         if self.pre_norm:
             return x + attn

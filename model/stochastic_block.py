@@ -92,9 +92,10 @@ class StochasticBlock(keras.layers.Layer):
         d_ffn: int, inner width F of the dense candidate.
         dropout: float, dropout of both sub-layers.
         attn_dropout: float, dropout on attention weights.
-        clamp_len: int, relative distance clamp (< 0: none).
+        clamp_len: int, relative distance clamp (<= 0: none).
         pre_norm: bool, pre-norm sub-layers.
-        untie_rel_bias: bool, per-layer relative biases.
+        untie_rel_bias: bool, the attention candidate owns its relative biases
+            u, v (True) or takes the model's shared pair in `call` (False).
         attention: "relative" or "adaptive_span".
         span_max: int, adaptive-span maximum span S.
         span_ramp: int, adaptive-span ramp R.
@@ -221,15 +222,15 @@ class StochasticBlock(keras.layers.Layer):
         noise = gumbel_noise(self.seed, self.block_index, step)  # [C]
         return tf.nn.softmax((logits + noise) / tf.cast(tau, tf.float32))
 
-    def _branches(self, x, mem, training):
+    def _branches(self, x, mem, training, rel_bias):
         """One zero-argument callable per candidate, each returning [B, T, D]."""
         return [
-            lambda: self.attention_layer(x, mem, training=training),
+            lambda: self.attention_layer(x, mem, training=training, rel_bias=rel_bias),
             lambda: self.dense_layer(x, training=training),
             lambda: x,
         ]
 
-    def call(self, x, mem=None, tau=1.0, step=0, training=False):
+    def call(self, x, mem=None, tau=1.0, step=0, training=False, rel_bias=None):
         """Applies the (mixture of) candidate(s).
 
         Args:
@@ -238,6 +239,8 @@ class StochasticBlock(keras.layers.Layer):
             tau: scalar float, temperature (used only when training).
             step: scalar int, search step (used only when training).
             training: bool; selects Gumbel sampling vs deterministic eval.
+            rel_bias: (u, v) [N, H] shared relative biases for the attention
+                candidate, required when `untie_rel_bias=False` (else None).
 
         Returns:
             [B, T, D] in the compute dtype.
@@ -247,7 +250,7 @@ class StochasticBlock(keras.layers.Layer):
             # From the span variable, whichever candidate runs (as
             # TransformerXLLM.span_losses does).
             self.add_loss(self.attention_layer.span_loss())
-        branches = self._branches(x, mem, training)
+        branches = self._branches(x, mem, training, rel_bias)
         mode = self.search_mode if training else self.eval_mode
         weights = self.mixing_weights(tau, step, training)  # [C] float32
         if mode in ("soft", "expected"):

@@ -176,6 +176,19 @@ class TransformerXLLM(keras.Model):
             else None
         )
         self.blocks = self._make_blocks()
+        # untie_rel_bias=False: one pair u, v [N, H] for every attention layer
+        # (the Transformer-XL reference's untie_r=False), owned and saved here
+        # and passed to the layers at call time. None when untied or no block
+        # can attend.
+        self.content_bias = self.position_bias = None
+        if not self.untie_rel_bias and self.num_mems:
+            shape = (self.num_heads, self._head_size)  # [N, H]
+            self.content_bias = self.add_weight(
+                name="content_bias", shape=shape, initializer=keras.initializers.RandomNormal(stddev=0.02)
+            )  # u
+            self.position_bias = self.add_weight(
+                name="position_bias", shape=shape, initializer=keras.initializers.RandomNormal(stddev=0.02)
+            )  # v
 
         # Set by the trainer every step (set_search_state); saved with the model.
         self.tau = self.add_weight(
@@ -271,6 +284,9 @@ class TransformerXLLM(keras.Model):
         x = self.embedding_dropout(x, training=training)
         tau = tf.convert_to_tensor(self.tau)
         step = tf.convert_to_tensor(self.search_step)
+        shared = {}
+        if self.content_bias is not None:
+            shared["rel_bias"] = (tf.convert_to_tensor(self.content_bias), tf.convert_to_tensor(self.position_bias))
         new_mems = []
         mem_iter = iter(mems)
         for letter, layer in self._memory_blocks():
@@ -278,9 +294,9 @@ class TransformerXLLM(keras.Model):
                 mem = next(mem_iter)
                 new_mems.append(update_memory(mem, x, mem_len))
                 if letter == "s":
-                    x = layer(x, mem, tau=tau, step=step, training=training)
+                    x = layer(x, mem, tau=tau, step=step, training=training, **shared)
                 else:
-                    x = layer(x, mem, training=training)
+                    x = layer(x, mem, training=training, **shared)
             elif letter == "f":
                 x = layer(x, training=training)
         if self.final_layer_norm is not None:

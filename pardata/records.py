@@ -2,14 +2,17 @@
 
 Sizes: B batch (rows), T segment length, R records of a split, L ids.
 
-A split's id stream is cut into B contiguous rows of R*T + 1 ids, where
-R = (L // B - 1) // T; record t holds columns [t*T, t*T + T] of every row, so
-row b of record t+1 continues row b of record t (the last column of one record
-is the first of the next: inputs [:, :T], targets [:, 1:]). The ids after
-B*(R*T + 1) are dropped; they are one contiguous tail of the stream and
-counted in meta as `dropped_ids`. (DESIGN.md cuts rows of L // B ids; this
-drops exactly as many ids, but from the end only, so the records read row by
-row reproduce a prefix of the stream.)
+A split's id stream is cut into B rows of R*T + 1 ids, R = (L - 1) // (B*T)
+(as many records as the stream fills): row b holds stream ids
+[b*R*T, b*R*T + R*T], so consecutive rows share one boundary id (the last id
+of row b is the first of row b+1). Record t holds columns [t*T, t*T + T] of
+every row, so row b of record t+1 continues row b of record t (the last
+column of one record is the first of the next: inputs [:, :T], targets
+[:, 1:]). Every transition of the kept prefix [0, B*R*T] is thus trained
+exactly once, including those across row boundaries. The L - (B*R*T + 1) ids
+after it are dropped; they are one contiguous tail of the stream, fewer than
+B*T, counted in meta as `dropped_ids`. (DESIGN.md cuts disjoint rows of
+L // B ids, which never trains the B - 1 transitions between rows.)
 """
 
 import hashlib
@@ -23,7 +26,9 @@ from pardata import tokenizers
 from pardata.errors import DataError
 from pardata.text import Progress
 
-FORMAT_VERSION = 1
+# 2: rows share their boundary ids (format 1 cut disjoint rows, so one
+# transition per row boundary was never trained); format 1 builds must be rebuilt.
+FORMAT_VERSION = 2
 META_FILE = "meta.json"
 COUNTS_FILE = "unigram_counts.txt"
 SPLITS = ("train", "valid", "test")
@@ -34,7 +39,7 @@ _SPLIT_KEYS = ("ids", "records", "dropped_ids", "words", "bytes", "batch_size",
 
 
 def batchify(ids: np.ndarray, batch_size: int, seq_len: int) -> tuple[np.ndarray, int, int]:
-    """Cuts a stream into B rows for context batching.
+    """Cuts a stream into B rows for context batching (see the module docstring).
 
     Args:
         ids: int array [L].
@@ -42,15 +47,23 @@ def batchify(ids: np.ndarray, batch_size: int, seq_len: int) -> tuple[np.ndarray
         seq_len: T.
 
     Returns:
-        (rows [B, R*T + 1] view of ids, R records, dropped ids); R may be 0.
+        (rows [B, R*T + 1], a read-only view of ids in which row b starts at
+        id b*R*T, so consecutive rows share one boundary id; R records with
+        R = (L - 1) // (B*T), possibly 0; dropped ids L - (B*R*T + 1), or L
+        when R is 0).
     """
     if batch_size < 1 or seq_len < 1:
         raise DataError(f"--batch_size ({batch_size}) and --seq_len ({seq_len}) must be >= 1")
-    n = len(ids) // batch_size
-    records = max(n - 1, 0) // seq_len
-    width = records * seq_len + 1 if records else 0
-    rows = ids[:batch_size * width].reshape(batch_size, width)
-    return rows, records, len(ids) - batch_size * width
+    ids = np.ascontiguousarray(ids)
+    records = max(len(ids) - 1, 0) // (batch_size * seq_len)
+    if not records:
+        return ids[:0].reshape(batch_size, 0), 0, len(ids)
+    span = records * seq_len  # stream ids between the first ids of two rows
+    # A strided view, not a copy: rows overlap by one id.
+    rows = np.lib.stride_tricks.as_strided(
+        ids, shape=(batch_size, span + 1), strides=(span * ids.strides[0], ids.strides[0]),
+        writeable=False)
+    return rows, records, len(ids) - (batch_size * span + 1)
 
 
 def shard_name(split: str, index: int, count: int) -> str:
@@ -83,7 +96,7 @@ def write_split(directory: str, split: str, rows: np.ndarray, records: int, seq_
     Args:
         directory: output directory.
         split: split name.
-        rows: [B, R*T + 1] from batchify.
+        rows: [B, R*T + 1] from batchify (rows share their boundary ids).
         records: R >= 1.
         seq_len: T.
         shards: wanted number of files (at most R are written).
@@ -150,7 +163,8 @@ def load_meta(data_dir: str) -> dict:
                         "with build_data.py --overwrite")
     if meta["format_version"] != FORMAT_VERSION:
         raise DataError(f"{path} has format_version {meta['format_version']}, this code "
-                        f"reads {FORMAT_VERSION}; rebuild with build_data.py --overwrite")
+                        f"reads {FORMAT_VERSION} (the record layout changed); rebuild with "
+                        "build_data.py --overwrite")
     return meta
 
 

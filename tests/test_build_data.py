@@ -175,11 +175,13 @@ def test_create_tfrecords_wikitext2_train(tmp_path, project_root, shared_data):
     ranked = [tok.id_to_token(i) for i in range(50)]
     assert [counter[w] for w in ranked] == counts[:50].tolist()
     assert ranked[:3] == ["the", ",", "."]
-    # Records read row by row give back the stream (minus the dropped tail).
+    # Records read row by row give back the stream (minus the dropped tail):
+    # the inputs of all rows, then the last target (rows share boundary ids).
     stream = np.array(tok.encode(text))
     xs = np.stack([x.numpy() for x, _ in data_utils.make_dataset(str(out), "train")])
-    ys_last = [y.numpy()[:, -1:] for _, y in data_utils.make_dataset(
+    ys_last = [y.numpy()[:, -1] for _, y in data_utils.make_dataset(
         str(out), "train", skip_records=train["records"] - 1)]
-    rows = np.concatenate([xs.transpose(1, 0, 2).reshape(32, -1), ys_last[0]], axis=1)
-    np.testing.assert_array_equal(rows.reshape(-1), stream[:rows.size])
-    assert len(stream) - rows.size == train["dropped_ids"]
+    kept = np.append(xs.transpose(1, 0, 2).reshape(-1), ys_last[0][-1])
+    np.testing.assert_array_equal(kept, stream[:kept.size])
+    np.testing.assert_array_equal(ys_last[0][:-1], xs[0, 1:, 0])  # row b ends where b+1 starts
+    assert len(stream) - kept.size == train["dropped_ids"] < 32 * 32

@@ -142,15 +142,52 @@ def test_eos_rules():
 def test_batchify_against_loops():
     ids = np.arange(103)
     rows, records, dropped = data_utils.batchify(ids, 4, 5)
-    # n = 25 per row -> R = (25 - 1) // 5 = 4 records, rows of 21, tail 103 - 84
-    assert (records, dropped, rows.shape) == (4, 19, (4, 21))
+    # R = (103 - 1) // (4 * 5) = 5 records, rows of 26 sharing boundaries, tail 103 - 101
+    assert (records, dropped, rows.shape) == (5, 2, (4, 26))
     for b in range(4):
         for t in range(records):
             window = rows[b, t * 5:t * 5 + 6]
-            assert window.tolist() == list(range(b * 21 + t * 5, b * 21 + t * 5 + 6))
-    assert data_utils.batchify(np.arange(11), 2, 5)[1] == 0
+            assert window.tolist() == list(range(b * 25 + t * 5, b * 25 + t * 5 + 6))
+    assert data_utils.batchify(np.arange(11), 2, 5)[1:] == (1, 0)  # 11 ids: exactly one record
+    assert data_utils.batchify(np.arange(10), 2, 5)[1:] == (0, 10)
     with pytest.raises(DataError, match="--seq_len"):
         data_utils.batchify(ids, 4, 0)
+
+
+def _records_of(directory, stream, batch, seq_len, shards=2):
+    """(inputs, targets, records, dropped) of a synthetic stream, written and read back."""
+    from pardata import records
+    rows, count, dropped = data_utils.batchify(stream, batch, seq_len)
+    info = records.write_split(str(directory), "train", rows, count, seq_len, shards, [])
+    info.update(ids=len(stream), records=count, dropped_ids=dropped, batch_size=batch)
+    meta = {"seq_len": seq_len, "splits": {"train": info}}
+    xs, ys = _all_batches(data_utils.make_dataset(str(directory), "train", meta=meta))
+    return xs, ys, count, dropped
+
+
+@pytest.mark.parametrize("length,batch,seq_len",
+                         [(103, 4, 5), (97, 4, 4), (61, 3, 4), (13, 3, 4), (40, 1, 7), (50, 7, 1)])
+def test_records_train_every_transition_of_the_kept_prefix_once(tmp_path, length, batch, seq_len):
+    # Distinct ids, so a pair (input, target) names one position of the stream.
+    stream = np.random.default_rng(length).permutation(length)
+    xs, ys, records, dropped = _records_of(tmp_path, stream, batch, seq_len)
+    kept = length - dropped
+    trained = collections.Counter(zip(xs.reshape(-1).tolist(), ys.reshape(-1).tolist()))
+    expected = collections.Counter(zip(stream[:kept - 1].tolist(), stream[1:kept].tolist()))
+    assert trained == expected  # every transition of the kept prefix, each exactly once
+    assert kept == batch * records * seq_len + 1 and xs.shape == (records, batch, seq_len)
+    assert records == (length - 1) // (batch * seq_len)  # as many records as the stream fills
+
+
+def test_old_format_version_asks_for_a_rebuild(built, tmp_path):
+    d = tmp_path / "old"
+    d.mkdir()
+    meta = dict(built[1], format_version=1)  # disjoint rows, before the shared boundary ids
+    (d / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(DataError, match=r"old/meta.json has format_version 1, .*build_data.py --overwrite"):
+        data_utils.load_meta(str(d))
+    with pytest.raises(DataError, match=r"old/meta.json has format_version 1, .*build_data.py --overwrite"):
+        data_utils.make_dataset(str(d), "train")
 
 
 def test_records_round_trip(built):
@@ -166,19 +203,20 @@ def test_records_round_trip(built):
         B, T = info["batch_size"], meta["seq_len"]
         R = info["records"]
         assert xs.shape == (R, B, T) and xs.dtype == np.int32 and len(info["shards"]) == 3
-        width = R * T + 1
-        assert info["dropped_ids"] == len(stream) - B * width
+        assert info["dropped_ids"] == len(stream) - (B * R * T + 1)
         for t in range(R):
             for b in range(B):
-                start = b * width + t * T
+                start = b * R * T + t * T
                 np.testing.assert_array_equal(xs[t, b], stream[start:start + T])
                 np.testing.assert_array_equal(ys[t, b], stream[start + 1:start + T + 1])
         # targets are inputs shifted by one; record t+1 continues record t
         np.testing.assert_array_equal(ys[:, :, :-1], xs[:, :, 1:])
         np.testing.assert_array_equal(ys[:-1, :, -1], xs[1:, :, 0])
-        # row by row, the records are the stream minus its tail
-        rows = np.concatenate([xs.transpose(1, 0, 2).reshape(B, -1), ys[-1, :, -1:]], axis=1)
-        np.testing.assert_array_equal(rows.reshape(-1), stream[:B * width])
+        # row b ends with the id row b+1 starts with; the last row ends the kept prefix
+        np.testing.assert_array_equal(ys[-1, :-1, -1], xs[0, 1:, 0])
+        # row by row, the inputs and then the last target are the stream minus its tail
+        inputs = xs.transpose(1, 0, 2).reshape(-1)
+        np.testing.assert_array_equal(np.append(inputs, ys[-1, -1, -1]), stream[:B * R * T + 1])
 
 
 def test_meta_and_counts(built, shared_data):

@@ -410,3 +410,61 @@ def test_replica_context_matches_direct_call():
     expected = layer.nll(hidden, targets).numpy()
     for per_replica in result:
         np.testing.assert_allclose(per_replica.numpy(), expected, atol=1e-6)
+
+
+def _max_prefix_correlation(weights):
+    """Largest |correlation| between the flattened prefixes of two distinct weights.
+
+    A Keras 3 initializer object reused for several weights draws the same
+    random stream each time, so the smaller weight's values are (a scaled
+    copy of) the first values of the larger one: correlation 1.
+    """
+    flat = [np.asarray(w, np.float64).reshape(-1) for w in weights]
+    worst = 0.0
+    for i in range(len(flat)):
+        for j in range(i + 1, len(flat)):
+            n = min(flat[i].size, flat[j].size)
+            if n < 8:  # too few values for a meaningful correlation
+                continue
+            worst = max(worst, abs(np.corrcoef(flat[i][:n], flat[j][:n])[0, 1]))
+    return worst
+
+
+_INITIALIZERS = pytest.mark.parametrize(
+    "seed", [None, 7], ids=["default_initializers", "seeded_initializers"]
+)
+
+
+@_INITIALIZERS
+def test_softmax_weights_get_their_own_random_streams(seed):
+    kwargs = {} if seed is None else {"kernel_initializer": keras.initializers.GlorotUniform(seed)}
+    layer = AdaptiveSoftmax(200, 32, cutoffs=(20, 60), proj_factor=2.0, **kwargs)
+    kernels = [layer.head_kernel] + layer.tail_projections + layer.tail_kernels
+    assert _max_prefix_correlation(kernels) < 0.5
+
+
+@_INITIALIZERS
+def test_embedding_weights_get_their_own_random_streams(seed):
+    kwargs = {}
+    if seed is not None:
+        kwargs = {"kernel_initializer": keras.initializers.RandomNormal(seed=seed),
+                  "embeddings_initializer": keras.initializers.RandomUniform(seed=seed)}
+    embedding = AdaptiveEmbedding(200, 32, cutoffs=(20, 60), proj_factor=2.0, **kwargs)
+    head = embedding.head_embeddings.numpy().reshape(-1)
+    for table in embedding.tail_embeddings:
+        table = table.numpy().reshape(-1)
+        n = min(table.size, head.size)
+        assert not np.allclose(table[:n], head[:n])  # not a copy of the head table's start
+    assert _max_prefix_correlation(embedding.weights) < 0.5
+
+
+def test_seeded_initializer_is_reproducible():
+    def weights():
+        init = keras.initializers.RandomNormal(seed=3)
+        softmax = AdaptiveSoftmax(V, D, cutoffs=(4, 9), kernel_initializer=init)
+        embedding = AdaptiveEmbedding(V, D, cutoffs=(4, 9), kernel_initializer=init,
+                                      embeddings_initializer=keras.initializers.RandomNormal(seed=3))
+        return [w.numpy() for w in softmax.weights + embedding.weights]
+
+    for first, second in zip(weights(), weights()):
+        np.testing.assert_array_equal(first, second)

@@ -117,6 +117,9 @@ REAL_MODELS = [
     dict(architecture="fafa", tie_weights=True),
     dict(architecture="afaf", cutoffs=(), d_head=5, pre_norm=True),
     dict(architecture="afia", adaptive_input=True, cutoffs=()),
+    dict(architecture="supernet", untie_rel_bias=False),
+    dict(architecture="aafi", attention="adaptive_span", untie_rel_bias=False),
+    dict(architecture="ffif", untie_rel_bias=False),
 ]
 
 

@@ -46,7 +46,7 @@ def layer_norm(h, gamma, beta, eps):
     return (h - h.mean(-1, keepdims=True)) / np.sqrt(h.var(-1, keepdims=True) + eps) * gamma + beta
 
 
-def slow_attention(layer, x, mem, span_weight=None, renorm_eps=0.0):
+def slow_attention(layer, x, mem, span_weight=None, renorm_eps=0.0, rel_bias=None):
     """Relative attention layer output from the formula, one (b, i, n, j) at a time.
 
     Args:
@@ -56,11 +56,15 @@ def slow_attention(layer, x, mem, span_weight=None, renorm_eps=0.0):
         span_weight: optional function (head, distance) -> multiplier applied
             to the softmax weights, which are then renormalised.
         renorm_eps: epsilon added to the renormalisation denominator.
+        rel_bias: optional (u, v) [N, H] used instead of the layer's own
+            (a layer built with untie_rel_bias=False has none).
 
     Returns:
         float64 [B, T, D].
     """
     w = {v.path.split("/")[-1]: np.asarray(v.numpy(), np.float64) for v in layer.weights}
+    if rel_bias is not None:
+        w["content_bias"], w["position_bias"] = (np.asarray(b, np.float64) for b in rel_bias)
     x = np.asarray(x, np.float64)
     mem = np.zeros((x.shape[0], 0, x.shape[2])) if mem is None else np.asarray(mem, np.float64)
     batch, qlen, width = x.shape
@@ -79,7 +83,7 @@ def slow_attention(layer, x, mem, span_weight=None, renorm_eps=0.0):
                 scores, values = [], []
                 for j in range(mlen + i + 1):  # causal: keys up to absolute position M + i
                     distance = mlen + i - j
-                    if layer.clamp_len >= 0:
+                    if layer.clamp_len > 0:
                         distance = min(distance, layer.clamp_len)
                     k = keys[b, j] @ w["key_kernel"][:, n]
                     r = sinusoid(distance, width) @ w["position_kernel"][:, n]
@@ -109,8 +113,21 @@ def test_positional_encoding_matches_formula():
     for clamp_len in (-1, 0, 3):
         got = relative_positional_encoding(6, D, clamp_len).numpy()
         for k in range(6):
-            position = 5 - k if clamp_len < 0 else min(5 - k, clamp_len)
+            position = 5 - k if clamp_len <= 0 else min(5 - k, clamp_len)
             np.testing.assert_allclose(got[k], sinusoid(position, D), atol=1e-6)
+
+
+def test_clamp_len_zero_or_negative_means_no_clamping():
+    # As the reference Transformer-XL: `if self.clamp_len > 0: pos_seq.clamp_(max=...)`.
+    unclamped = np.stack([sinusoid(5 - k, D) for k in range(6)])
+    for clamp_len in (0, -1, -7):
+        got = relative_positional_encoding(6, D, clamp_len).numpy()
+        np.testing.assert_allclose(got, unclamped, atol=1e-6)
+    x, mem = random_inputs()
+    expected = make_layer(clamp_len=-1)(x, mem).numpy()  # same seed: same weights
+    np.testing.assert_array_equal(make_layer(clamp_len=0)(x, mem).numpy(), expected)
+    # ...while a positive clamp does change the output at this scale.
+    assert np.abs(make_layer(clamp_len=1)(x, mem).numpy() - expected).max() > 1e-3
 
 
 @pytest.mark.parametrize("qlen,klen", [(3, 7), (4, 4), (1, 5)])
@@ -189,15 +206,44 @@ def test_dropout_only_when_training():
     assert np.abs(layer(x, mem, training=True).numpy() - layer(x, mem).numpy()).max() > 1e-3
 
 
-def test_config_json_round_trip():
-    layer = make_layer(clamp_len=3, pre_norm=True, dropout=0.1, untie_rel_bias=False, name="attn")
+def shared_bias(seed=5):
+    rng = np.random.default_rng(seed)
+    return tuple(tf.constant(rng.normal(0.0, 0.4, (N, H)), tf.float32) for _ in range(2))
+
+
+@pytest.mark.parametrize("untie_rel_bias", [True, False])
+def test_config_json_round_trip(untie_rel_bias):
+    layer = make_layer(clamp_len=3, pre_norm=True, dropout=0.1, untie_rel_bias=untie_rel_bias, name="attn")
+    bias = {} if untie_rel_bias else {"rel_bias": shared_bias()}
     config = json.loads(json.dumps(layer.get_config()))
     clone = RelativeMultiHeadAttention.from_config(config)
     assert clone.get_config() == layer.get_config()
     x, mem = random_inputs()
-    clone(x, mem)
+    clone(x, mem, **bias)
     clone.set_weights(layer.get_weights())
-    np.testing.assert_allclose(clone(x, mem).numpy(), layer(x, mem).numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(clone(x, mem, **bias).numpy(), layer(x, mem, **bias).numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_shared_rel_bias_is_taken_from_the_call():
+    layer = make_layer(untie_rel_bias=False)
+    names = [w.path.split("/")[-1] for w in layer.weights]
+    assert "content_bias" not in names and "position_bias" not in names
+    x, mem = random_inputs()
+    u, v = shared_bias()
+    got = layer(x, mem, rel_bias=(u, v)).numpy()
+    np.testing.assert_allclose(got, slow_attention(layer, x, mem, rel_bias=(u, v)), rtol=1e-5, atol=1e-5)
+    other = layer(x, mem, rel_bias=shared_bias(seed=6)).numpy()
+    assert np.abs(other - got).max() > 1e-3  # the biases passed in are the ones used
+    with tf.GradientTape() as tape:
+        tape.watch([u, v])
+        out = layer(x, mem, rel_bias=(u, v))
+        loss = tf.reduce_sum(out * np.random.default_rng(0).normal(size=out.shape))
+    for grad in tape.gradient(loss, [u, v]):
+        assert np.abs(grad.numpy()).max() > 0
+    with pytest.raises(ValueError, match="untie_rel_bias=False.*rel_bias"):
+        layer(x, mem)
+    with pytest.raises(ValueError, match="untie_rel_bias=True.*rel_bias"):
+        make_layer()(x, mem, rel_bias=(u, v))
 
 
 def functional_model(layer, qlen=3, mlen=4):

@@ -133,8 +133,9 @@ def test_config_json_round_trip_gives_an_equal_model():
     [
         dict(architecture="supernet", search_mode="hard"),
         dict(architecture="afia", attention="adaptive_span", tie_weights=True, final_norm=True),
+        dict(architecture="supernet", attention="adaptive_span", untie_rel_bias=False),
     ],
-    ids=["supernet", "adaptive_span_tied"],
+    ids=["supernet", "adaptive_span_tied", "supernet_shared_rel_bias"],
 )
 def test_keras_save_and_load(tmp_path, overrides):
     model = make_model(**overrides)
@@ -278,3 +279,114 @@ def test_invalid_arguments_fail_at_construction():
         TransformerXLLM(vocab_size=V, d_model=30, num_heads=4)
     with pytest.raises(ValueError, match="architecture"):
         TransformerXLLM(vocab_size=V, num_blocks=4, architecture="afxa")
+
+
+# (overrides, training): every attention layer kind, and the supernet's
+# attention candidates in soft (all computed) and hard (one sampled) search.
+SHARED_BIAS_CASES = {
+    "transformer_xl": (dict(architecture="transformer_xl"), False),
+    "par_string_span": (dict(architecture="aafa", attention="adaptive_span", span_max=16, span_ramp=4), False),
+    "supernet_soft": (dict(architecture="supernet"), True),
+    "supernet_hard_span": (
+        dict(architecture="supernet", search_mode="hard", attention="adaptive_span", span_max=16, span_ramp=4),
+        True,
+    ),
+}
+
+
+def _relative_path(weight):
+    return weight.path.split("/", 1)[1]  # without the model's (uniquified) name
+
+
+@pytest.mark.parametrize("case", sorted(SHARED_BIAS_CASES))
+def test_shared_rel_bias_is_one_pair_used_by_every_layer(case):
+    overrides, training = SHARED_BIAS_CASES[case]
+    model = make_model(untie_rel_bias=False, **overrides)
+    us = [w for w in model.weights if w.path.endswith("/content_bias")]
+    vs = [w for w in model.weights if w.path.endswith("/position_bias")]
+    assert len(us) == 1 and len(vs) == 1
+    u, v = us[0], vs[0]
+    assert tuple(u.shape) == tuple(v.shape) == (2, 16)  # [N, H]
+    assert {id(u), id(v)} <= {id(w) for w in model.weight_variables}
+
+    # Reference: the untied model whose every layer holds the shared u, v.
+    reference = build_model(preset_config("tiny", dropout=0.0, **overrides))
+    weights = {_relative_path(w): w for w in model.weights}
+    shared = {"content_bias": u, "position_bias": v}
+    for w in reference.weights:
+        name = w.path.rsplit("/", 1)[-1]
+        w.assign(shared[name] if name in shared else weights[_relative_path(w)])
+    for m in (model, reference):
+        m.set_search_state(1.0, 3)
+    ids = token_ids(5)
+    rng = np.random.default_rng(7)
+    mems = [tf.constant(rng.normal(size=(B, 3, D)), tf.float32) for _ in range(model.num_mems)]
+    projection = tf.constant(rng.normal(size=(B, 5, D)), tf.float32)
+
+    def forward(m, variables):
+        with tf.GradientTape() as tape:
+            hidden, _ = m(ids, mems, training=training)
+            loss = tf.reduce_sum(hidden * projection)
+        grads = tape.gradient(loss, variables)
+        return hidden.numpy(), [np.zeros(x.shape) if g is None else tf.convert_to_tensor(g).numpy()
+                                for x, g in zip(variables, grads)]
+
+    layers = reference.attention_layers
+    hidden, (grad_u, grad_v) = forward(model, [u, v])
+    expected, per_layer = forward(reference, [l.content_bias for l in layers] + [l.position_bias for l in layers])
+    np.testing.assert_allclose(hidden, expected, rtol=1e-5, atol=1e-5)
+    # The gradient of the shared pair is the sum of what every layer sends it.
+    np.testing.assert_allclose(grad_u, sum(per_layer[: len(layers)]), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(grad_v, sum(per_layer[len(layers) :]), rtol=1e-4, atol=1e-6)
+    computed = [np.abs(g).max() > 0 for g in per_layer[: len(layers)]]
+    if "hard" in case:  # only the sampled candidates run
+        assert any(computed)
+    else:
+        assert all(computed) and len(layers) >= 2
+
+
+def test_shared_rel_bias_round_trips_through_checkpoints(tmp_path):
+    config = preset_config("tiny", dropout=0.0, untie_rel_bias=False, architecture="supernet")
+    model = make_model(untie_rel_bias=False, architecture="supernet")
+    ids = token_ids(5)
+    expected = model(ids)[0].numpy()
+    json_clone = TransformerXLLM.from_config(json.loads(json.dumps(model.get_config())))
+    assert json_clone.untie_rel_bias is False and json_clone.get_config() == model.get_config()
+    # As training.checkpoint saves a run: the flat list model.variables.
+    path = tf.train.Checkpoint(variables=[v.value for v in model.variables]).write(str(tmp_path / "ckpt"))
+    restored = build_model(config)
+    assert len(restored.variables) == len(model.variables)
+    tf.train.Checkpoint(variables=[v.value for v in restored.variables]).read(path).assert_consumed()
+    np.testing.assert_array_equal(restored(ids)[0].numpy(), expected)
+    model.save_weights(tmp_path / "model.weights.h5")
+    loaded = build_model(config)
+    loaded.load_weights(tmp_path / "model.weights.h5")
+    np.testing.assert_array_equal(loaded(ids)[0].numpy(), expected)
+
+
+def test_shared_rel_bias_only_with_attention():
+    assert make_model(untie_rel_bias=False, architecture="ffif").content_bias is None
+    untied = make_model(architecture="transformer_xl")
+    assert untied.content_bias is None and untied.position_bias is None
+    assert sum(w.path.endswith("/content_bias") for w in untied.weights) == 2
+
+
+@pytest.mark.slow
+def test_shared_rel_bias_in_traced_hard_search_with_mixed_precision():
+    config = preset_config("tiny", architecture="supernet", search_mode="hard", untie_rel_bias=False)
+    model = build_model(config, dtype="mixed_bfloat16")
+    assert model.content_bias.dtype == "float32"
+    ids = token_ids(5)
+
+    @tf.function
+    def step(i):
+        model.set_search_state(1.0, i)
+        with tf.GradientTape() as tape:
+            hidden, _ = model(ids, model.initial_mems(B), training=True)
+            loss = tf.reduce_mean(model.token_nll(hidden, ids))
+        return hidden, tape.gradient(loss, [model.content_bias, model.position_bias])
+
+    for i in range(3):
+        hidden, grads = step(tf.constant(i, tf.int64))
+        assert hidden.dtype == tf.bfloat16
+        assert all(g is not None and np.all(np.isfinite(g.numpy())) for g in grads)
