@@ -10,17 +10,15 @@ Flags left unset take the dataset's default (pardata/build.py DATASET_DEFAULTS).
 Errors a user can fix end in one `error: ...` line and exit status 1.
 """
 
-import os
 import signal
 import sys
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from absl import app, flags
 
-from absl import app, flags  # noqa: E402
-
-from pardata import build  # noqa: E402  (no TensorFlow import until writing)
-from pardata.errors import DataError  # noqa: E402
+import pardata.quiet  # noqa: F401  (TensorFlow start-up noise; before TF is imported)
+from pardata import build  # no TensorFlow import until writing
+from pardata.errors import DataError
 
 FLAGS = flags.FLAGS
 _PER_DATASET = "default: per dataset"

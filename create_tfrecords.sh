@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
-# Get a dataset ready for training: use the raw files in DATA_DIR (downloading
-# them there when absent) and build TFRecords + meta.json.
+# Get a dataset ready for training: use the raw files in DATA_DIR (when absent:
+# from the official archive there, from the copy shipped in datasets/ for
+# WikiText-2, or downloaded) and build TFRecords + meta.json.
 #
 #   ./create_tfrecords.sh [dataset] [build_data.py flags...]
 #
 #   dataset   wikitext2 (default) | wikitext2_raw | wikitext103 | wikitext103_raw
 #             | enwik8 | text8 | text (with --train_file/--valid_file/--test_file)
-#   DATA_DIR  raw files (default: data/raw next to this script)
+#   DATA_DIR  raw files (default: data/raw next to this script; WikiText-2 is
+#             unpacked there from datasets/wikitext-2, no network needed)
 #   output    data/<dataset> next to this script, unless --output_dir is given
 #
 # Examples:
 #   DATA_DIR=../shared/data ./create_tfrecords.sh
 #   ./create_tfrecords.sh enwik8 --shards=8
 #   ./create_tfrecords.sh wikitext103 --tokenizer=sentencepiece --vocab_size=32000
-# Running it again with the same settings is a no-op; other settings need
-# --overwrite (or another --output_dir).
+# Running it again with the same settings is a no-op (every shard's sha256 is
+# checked; a damaged build is reported, not rebuilt), even with another
+# DATA_DIR; other settings, and rebuilding a damaged build, need --overwrite
+# (or another --output_dir).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

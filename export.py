@@ -21,6 +21,8 @@ from absl import app
 from absl import flags
 from absl import logging
 
+import pardata.quiet  # noqa: F401  (TensorFlow start-up noise; before TF is imported)
+
 flags.DEFINE_string("model_dir", None, "Run directory written by train.py.")
 flags.DEFINE_string("checkpoint", "best", "best, latest, or a checkpoint path (ckpt-<step> "
                     "prefix, absolute or inside --model_dir).")

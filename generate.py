@@ -25,6 +25,8 @@ from absl import app
 from absl import flags
 from absl import logging
 
+import pardata.quiet  # noqa: F401  (TensorFlow start-up noise; before TF is imported)
+
 flags.DEFINE_string("model_dir", None, "Run directory written by train.py (config.json, "
                     "checkpoints, best/).")
 flags.DEFINE_string("checkpoint", "best", "best (best on valid; the latest if the run was "

@@ -47,6 +47,8 @@ import time
 from absl import logging
 import numpy as np
 
+import pardata.quiet  # noqa: F401  (TensorFlow start-up noise; before TF is imported)
+
 METHODS = ("auto", "divide_and_conquer", "quadratic")
 FORMATS = ("table", "flags", "json")
 

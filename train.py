@@ -330,6 +330,7 @@ def main(argv):
         return 1
     try:
         config, overwrite = config_from_flags(flags.FLAGS)
+        data_utils.verify_built(config.data_dir)  # every shard's sha256, before step 1
         logging.info("config: %s", config)
         train(config, overwrite=overwrite)
     except (ConfigError, data_utils.DataError, NonFiniteError) as error:

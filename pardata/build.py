@@ -14,12 +14,14 @@ import numpy as np
 from absl import logging
 
 from pardata import downloads, tokenizers
+from pardata import meta as meta_lib
 from pardata.errors import DataError
-from pardata.text import Progress, SplitSource, count_words_lines, decode_utf8, iter_chunks
+from pardata.text import (Heartbeat, Progress, SplitSource, count_words_lines, decode_utf8,
+                          iter_chunks)
 
 SPLITS = ("train", "valid", "test")
 DATASETS = tuple(downloads.SOURCES) + ("text",)
-META_FILE = "meta.json"
+META_FILE = meta_lib.META_FILE
 COUNTS_FILE = "unigram_counts.txt"
 # Defaults per dataset (flags override them). WikiText-2 is the default
 # training run; WikiText-103 and enwik8/text8 follow Transformer-XL base
@@ -116,16 +118,20 @@ class BuildConfig:
     def batch_size_for(self, split: str) -> int:
         return self.batch_size if split == "train" else (self.eval_batch_size or self.batch_size)
 
-    def fingerprint(self, sources: dict) -> dict:
-        """What makes two builds the same (paths of raw files excluded)."""
+    def settings(self) -> dict:
+        """The fingerprint's part that needs no raw file (paths excluded)."""
         fields = dataclasses.asdict(self)
         for key in ("output_dir", "data_dir", "overwrite", "download", "train_file",
                     "valid_file", "test_file"):
             fields.pop(key)
         fields["sp_symbols"] = list(self.sp_symbols)
-        fields["sources"] = {s: [os.path.basename(src.path), src.start, src.stop, src.size()]
-                             for s, src in sources.items()}
         return fields
+
+    def fingerprint(self, sources: dict) -> dict:
+        """What makes two builds the same (paths of raw files excluded)."""
+        return dict(self.settings(), sources={
+            s: [os.path.basename(src.path), src.start, src.stop, src.size()]
+            for s, src in sources.items()})
 
 
 def resolve_sources(config: BuildConfig, sources=downloads.SOURCES) -> dict:
@@ -153,7 +159,11 @@ def _lines(source: SplitSource):
 def train_tokenizer(config: BuildConfig, train: SplitSource) -> tokenizers.Tokenizer:
     """The tokenizer in base order (ranking comes from the encoded stream)."""
     progress = Progress(f"training {config.tokenizer} tokenizer", train.size())
-    logging.info("training %s tokenizer on %s", config.tokenizer, train.describe())
+    detail = ""
+    if config.tokenizer == "sentencepiece" and not config.sp_model:
+        detail = f" ({config.vocab_size} pieces, {config.sp_model_type})"
+    logging.info("training %s tokenizer%s on %s (%.1f MB)", config.tokenizer, detail,
+                 train.describe(), train.size() / 1e6)
     if config.tokenizer == "word":
         tok = tokenizers.WordTokenizer.train(_texts(train), lowercase=config.lowercase,
                                              min_count=config.min_count,
@@ -164,9 +174,11 @@ def train_tokenizer(config: BuildConfig, train: SplitSource) -> tokenizers.Token
             raise DataError(f"--vocab_size={config.vocab_size} but --sp_model "
                             f"{config.sp_model} has {tok.vocab_size} pieces; drop --vocab_size")
     elif config.tokenizer == "sentencepiece":
-        tok = tokenizers.SentencePieceTokenizer.train(
-            _lines(train), config.vocab_size, model_type=config.sp_model_type,
-            lowercase=config.lowercase, symbols=config.sp_symbols)
+        # One opaque call of ~20 s on WikiText-2 (2 CPU cores): say it is alive.
+        with Heartbeat(progress.label):
+            tok = tokenizers.SentencePieceTokenizer.train(
+                _lines(train), config.vocab_size, model_type=config.sp_model_type,
+                lowercase=config.lowercase, symbols=config.sp_symbols)
     else:
         tok = tokenizers.ByteTokenizer(eos=config.byte_eos)
     progress.finish(f"{tok.vocab_size} ids")
@@ -201,26 +213,53 @@ def encode_split(tok: tokenizers.Tokenizer, source: SplitSource, split: str,
     return ids, {"ids": int(len(ids)), "words": words + lines, "lines": lines, "bytes": total}
 
 
-def _check_output(config: BuildConfig, fingerprint: dict) -> dict | None:
-    """The existing meta if it is this very build; raises if it is another one."""
-    meta_path = os.path.join(config.output_dir, META_FILE)
-    if not os.path.isfile(meta_path):
+def _read_existing(config: BuildConfig) -> dict | None:
+    """meta.json already in --output_dir (None if there is none or --overwrite)."""
+    path = os.path.join(config.output_dir, META_FILE)
+    if config.overwrite or not os.path.isfile(path):
         return None
     try:
-        with open(meta_path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8") as f:
             existing = json.load(f)
-    except (OSError, ValueError):
-        existing = {}
-    if config.overwrite:
-        return None
-    if existing.get("build") == fingerprint:
-        return existing
+        if not isinstance(existing, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as e:
+        raise DataError(f"{path} is unreadable ({e}); pass --overwrite to replace the build "
+                        "in --output_dir or choose another --output_dir") from None
+    return existing
+
+
+def _different_build(config: BuildConfig, existing: dict, wanted: dict) -> DataError:
+    """The error for an --output_dir holding another build (`wanted`: fingerprint keys)."""
+    have = {k: v for k, v in (existing.get("build") or {}).items() if k in wanted}
+    differ = [k.replace("sources", "raw files") for k in sorted(wanted)
+              if have.get(k) != wanted[k]]
     tok = existing.get("tokenizer", {}).get("kind")
-    raise DataError(
+    return DataError(
         f"--output_dir={config.output_dir} already holds a different build (dataset="
         f"{existing.get('dataset')}, tokenizer={tok}, batch_size={existing.get('batch_size')}, "
-        f"seq_len={existing.get('seq_len')}); pass --overwrite to replace it or choose "
-        "another --output_dir")
+        f"seq_len={existing.get('seq_len')}; differs in {', '.join(differ)}); pass "
+        "--overwrite to replace it or choose another --output_dir")
+
+
+def _same_sources_named(existing: dict, spec: downloads.DatasetSource) -> bool:
+    """Whether a build was made from `spec`'s raw files (names and byte ranges)."""
+    built = (existing.get("build") or {}).get("sources") or {}
+    return sorted(built) == sorted(spec.splits) and all(
+        built[s][:3] == [f, start, stop] for s, (f, start, stop) in spec.splits.items())
+
+
+def _up_to_date(config: BuildConfig) -> dict:
+    """The existing build's meta after checking every shard (size and sha256).
+
+    A damaged build is reported, never silently rebuilt: --overwrite rebuilds.
+    """
+    try:
+        meta = meta_lib.verify_built(config.output_dir)
+    except DataError as e:
+        raise DataError(f"{config.output_dir} holds this build but it is damaged: {e}") from None
+    logging.info("%s already holds this build; nothing to do", config.output_dir)
+    return dict(meta, up_to_date=True)
 
 
 def _clear_output(directory: str) -> None:
@@ -243,20 +282,22 @@ def build_dataset(config: BuildConfig, *, sources=downloads.SOURCES) -> dict:
         The meta.json contents; meta["up_to_date"] is True if an identical
         build was already there and nothing was done.
     """
+    existing = _read_existing(config)
+    if existing is not None:
+        # Decided before the raw files are fetched: a build made from another
+        # DATA_DIR is up to date without downloading or unpacking anything.
+        if {k: v for k, v in (existing.get("build") or {}).items() if k != "sources"} \
+                != config.settings():
+            raise _different_build(config, existing, config.settings())
+        if config.dataset in sources and _same_sources_named(existing, sources[config.dataset]) \
+                and not downloads.raw_files_present(config.dataset, config.data_dir, sources):
+            return _up_to_date(config)
     found = resolve_sources(config, sources)
     fingerprint = config.fingerprint(found)
-    if _check_output(config, fingerprint) is not None:
-        from pardata import records
-        try:
-            meta = records.load_meta(config.output_dir)
-            for split in SPLITS:
-                records.check_shards(config.output_dir, split, meta["splits"][split],
-                                     verify=False)
-            logging.info("%s already holds this build; nothing to do", config.output_dir)
-            return dict(meta, up_to_date=True)
-        except (DataError, KeyError) as e:
-            logging.warning("the build in %s is damaged (%s); rebuilding it",
-                            config.output_dir, e)
+    if existing is not None:
+        if existing.get("build") != fingerprint:
+            raise _different_build(config, existing, fingerprint)
+        return _up_to_date(config)
 
     tok = train_tokenizer(config, found["train"])
     base_ids, train_stats = encode_split(tok, found["train"], "train", base=True)
@@ -268,6 +309,7 @@ def build_dataset(config: BuildConfig, *, sources=downloads.SOURCES) -> dict:
         ids[split], stats[split] = encode_split(tok, found[split], split)
     # Imported here so that flag and input errors are reported without the
     # seconds it takes to import TensorFlow.
+    logging.info("loading TensorFlow to write the shards")
     from pardata import records
     batched = {}
     for split in SPLITS:
@@ -308,7 +350,7 @@ def _write(config, tok, train_ids, stats, batched, fingerprint, created) -> dict
         splits[split] = dict(stats[split], records=count, dropped_ids=dropped,
                              batch_size=config.batch_size_for(split), **shard_info)
     meta = {
-        "format_version": records.FORMAT_VERSION, "dataset": config.dataset,
+        "format_version": meta_lib.FORMAT_VERSION, "dataset": config.dataset,
         "tokenizer": tok_info, "vocab_size": tok.vocab_size,
         "reserved_ids": tok.reserved_ids(), "eos_id": tok.eos_id,
         "batch_size": config.batch_size, "eval_batch_size": config.batch_size_for("valid"),

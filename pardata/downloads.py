@@ -5,10 +5,13 @@ Layout under the raw data directory (that of the official archives):
 same for `wikitext-103[-raw]`, `enwik8/enwik8` and `text8/text8` (the last two
 split 90M/5M/5M bytes as in Transformer-XL). Present files are used (and
 checked where a checksum is known); missing ones are extracted from the
-archive, which is downloaded first if absent. The tables are injectable so
-tests can serve archives from a local server.
+archive if it is in the raw data dir, else decompressed from the copy shipped
+with the project (WikiText-2: `datasets/wikitext-2/*.xz`), else the archive is
+downloaded first. The tables are injectable so tests can serve archives from a
+local server.
 """
 
+import contextlib
 import dataclasses
 import hashlib
 import os
@@ -25,6 +28,9 @@ from pardata.text import SplitSource
 
 USER_AGENT = "par-transformer-data/1.0 (+python urllib)"
 _M = 1_000_000
+# Raw files shipped with the project (xz-compressed), under the repository root.
+SHIPPED_ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                            "datasets")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +46,8 @@ class DatasetSource:
         members: file name in `directory` -> member path in the archive.
         file_checksums: file name -> checksum of the extracted file.
         splits: split -> (file name, first byte, stop byte or None).
+        shipped: directory (under SHIPPED_ROOT, or absolute) holding
+            `<file name>.xz` for every file, or "" if the project ships none.
     """
 
     directory: str
@@ -49,9 +57,10 @@ class DatasetSource:
     members: types.MappingProxyType
     file_checksums: types.MappingProxyType
     splits: types.MappingProxyType
+    shipped: str = ""
 
 
-def _wikitext(directory, archive, ext, archive_sha256, file_sha256=None):
+def _wikitext(directory, archive, ext, archive_sha256, file_sha256=None, shipped=""):
     files = {s: f"wiki.{s}.{ext}" for s in ("train", "valid", "test")}
     return DatasetSource(
         directory=directory, archive=archive,
@@ -61,7 +70,8 @@ def _wikitext(directory, archive, ext, archive_sha256, file_sha256=None):
         members=types.MappingProxyType({f: f"{directory}/{f}" for f in files.values()}),
         file_checksums=types.MappingProxyType(
             {files[s]: f"sha256:{h}" for s, h in (file_sha256 or {}).items()}),
-        splits=types.MappingProxyType({s: (f, 0, None) for s, f in files.items()}))
+        splits=types.MappingProxyType({s: (f, 0, None) for s, f in files.items()}),
+        shipped=shipped)
 
 
 def _hutter(name, checksum, file_checksum):
@@ -76,14 +86,16 @@ def _hutter(name, checksum, file_checksum):
 
 # Archive checksums: Hugging Face `datasets` (wikitext, enwik8
 # dataset_infos.json) and GluonNLP (text8, sha1). File checksums: the WikiText-2
-# copy in ../shared/data (SOURCES.md), enwik8's published md5, GluonNLP's text8.
+# copy in ../shared/data (SOURCES.md; shipped in datasets/wikitext-2, whose
+# README lists the same values), enwik8's published md5, GluonNLP's text8.
 SOURCES = types.MappingProxyType({
     "wikitext2": _wikitext(
         "wikitext-2", "wikitext-2-v1.zip", "tokens",
         "92675f1d63015c1c8b51f1656a52d5bdbc33aafa60cc47a218a66e7ee817488c",
         {"train": "9e9fa1ad55b1c2c95b08e37dd8e653f638fac2c6de904b79e813611eefbc985f",
          "valid": "f0737ed31fc1329026e95cb8b98e19c2a182c39c240ab909dc31abf2f8af58e8",
-         "test": "d790b833ef8cf03a90db7bf1271b7520b83c45ce07ba3c1a9699df81e239eca0"}),
+         "test": "d790b833ef8cf03a90db7bf1271b7520b83c45ce07ba3c1a9699df81e239eca0"},
+        shipped="wikitext-2"),
     "wikitext2_raw": _wikitext(
         "wikitext-2-raw", "wikitext-2-raw-v1.zip", "raw",
         "ef7edb566e3e2b2d31b29c1fdb0c89a4cc683597484c3dc2517919c615435a11",
@@ -191,40 +203,94 @@ def _remove(path: str) -> None:
         pass
 
 
-def _extract(archive: str, member: str, dest: str, checksum: str) -> None:
-    """Extracts one member to `dest` via a temporary name, checking it."""
+def _unpack(open_source, dest: str, checksum: str, what: str, fix: str) -> None:
+    """Copies the stream `open_source()` gives into `dest`, atomically and checked.
+
+    The bytes go to a temporary name that is renamed to `dest` only once the
+    checksum matches; on any failure it is removed, so `dest` is either
+    absent or complete.
+    """
     temp = f"{dest}.part-{os.getpid()}"
     try:
-        with zipfile.ZipFile(archive) as z, z.open(member) as src, open(temp, "wb") as out:
+        with open_source() as src, open(temp, "wb") as out:
             for block in iter(lambda: src.read(1 << 22), b""):
                 out.write(block)
-    except KeyError:
-        _remove(temp)
-        raise DataError(f"archive {archive} has no member {member}; delete it so it is "
-                        "downloaded again") from None
-    except (zipfile.BadZipFile, OSError) as e:
-        _remove(temp)
-        raise DataError(f"cannot extract {member} from {archive} ({e}); delete the "
-                        "archive so it is downloaded again") from None
+        ok, actual = checksum_ok(temp, checksum)
+        if not ok:
+            raise DataError(f"{what} has {actual}, expected {checksum}; {fix}")
     except BaseException:
         _remove(temp)
         raise
-    ok, actual = checksum_ok(temp, checksum)
-    if not ok:
-        _remove(temp)
-        raise DataError(f"{member} extracted from {archive} has {actual}, expected "
-                        f"{checksum}; delete the archive so it is downloaded again")
     os.replace(temp, dest)
+
+
+@contextlib.contextmanager
+def _zip_member(archive: str, member: str):
+    with zipfile.ZipFile(archive) as z, z.open(member) as f:
+        yield f
+
+
+def _extract(archive: str, member: str, dest: str, checksum: str) -> None:
+    """Extracts one member to `dest` via a temporary name, checking it."""
+    fix = "delete the archive so it is downloaded again"
+    try:
+        _unpack(lambda: _zip_member(archive, member), dest, checksum,
+                f"{member} extracted from {archive}", fix)
+    except KeyError:
+        raise DataError(f"archive {archive} has no member {member}; {fix}") from None
+    except (zipfile.BadZipFile, OSError) as e:
+        raise DataError(f"cannot extract {member} from {archive} ({e}); {fix}") from None
+
+
+def _decompress_shipped(source: str, dest: str, checksum: str) -> None:
+    """Decompresses a file shipped with the project (`.xz`) to `dest`, checking it."""
+    fix = (f"the copy shipped with the project is damaged: restore it (git checkout -- "
+           f"{source}) or put the official files in {os.path.dirname(dest)}")
+    try:
+        import lzma
+    except ImportError:
+        raise DataError(f"this Python has no lzma module (built without liblzma), so {source} "
+                        f"cannot be read; unpack it by hand (xz -dc {source} > {dest}) or use "
+                        "a Python with lzma") from None
+    try:
+        _unpack(lambda: lzma.open(source), dest, checksum, f"{source} (decompressed)", fix)
+    except (lzma.LZMAError, EOFError) as e:
+        raise DataError(f"cannot decompress {source} ({e}); {fix}") from None
+    except OSError as e:
+        raise DataError(f"cannot decompress {source} into {dest} ({e.strerror or e}); set "
+                        "DATA_DIR (or --data_dir) to a writable directory") from None
+
+
+def shipped_files(spec: DatasetSource, names) -> dict | None:
+    """file name -> shipped `.xz` path for every name, or None if any is not shipped."""
+    if not spec.shipped:
+        return None
+    directory = os.path.join(SHIPPED_ROOT, spec.shipped)
+    paths = {name: os.path.join(directory, f"{name}.xz") for name in names}
+    return paths if all(os.path.isfile(p) for p in paths.values()) else None
+
+
+def raw_files_present(dataset: str, data_dir: str, sources=SOURCES) -> bool:
+    """Whether every raw file of a named dataset is already in `data_dir`."""
+    spec = sources[dataset]
+    directory = os.path.join(data_dir, spec.directory)
+    return all(os.path.isfile(os.path.join(directory, f)) for f, _, _ in spec.splits.values())
 
 
 def ensure_raw_files(dataset: str, data_dir: str, *, download_missing: bool = True,
                      sources=SOURCES, timeout: float = 60.0) -> dict:
     """Makes sure a named dataset's raw files are in `data_dir`.
 
+    Missing files come, in this order, from the official archive if it is in
+    `data_dir`, from the copy shipped with the project (WikiText-2), or from
+    the archive downloaded into `data_dir`. Every file is checked against its
+    known checksum.
+
     Args:
         dataset: a key of `sources`.
         data_dir: raw data directory.
-        download_missing: download the archive if files and archive are absent.
+        download_missing: download the archive if files, archive and shipped
+            copy are absent.
         sources: the dataset table (tests pass their own).
         timeout: seconds per network operation.
 
@@ -245,30 +311,53 @@ def ensure_raw_files(dataset: str, data_dir: str, *, download_missing: bool = Tr
         ok, actual = checksum_ok(path, spec.file_checksums.get(name, ""))
         if not ok:
             raise DataError(f"{path} has {actual}, expected {spec.file_checksums[name]}: it "
-                            "is not the official file. Delete it to download it again, or "
+                            "is not the official file. Delete it to fetch the official one, or "
                             "build it with --dataset=text and --train_file/--valid_file/"
                             "--test_file")
     if missing:
         archive = _find_archive(spec, data_dir, directory)
-        if archive is None:
-            archive = os.path.join(data_dir, spec.archive)
-            if not download_missing:
-                raise DataError(f"{os.path.join(directory, missing[0])} is missing; put the "
-                                f"files there or the archive at {archive}, or allow downloads "
-                                "(drop --nodownload)")
-            download(spec.urls, archive, spec.archive_checksum, timeout)
+        shipped = shipped_files(spec, missing) if archive is None else None
+        if shipped:
+            _make_dir(directory)
+            for name in missing:
+                logging.info("decompressing %s (shipped with the project) into %s",
+                             shipped[name], directory)
+                _decompress_shipped(shipped[name], os.path.join(directory, name),
+                                    spec.file_checksums.get(name, ""))
         else:
-            ok, actual = checksum_ok(archive, spec.archive_checksum)
-            if not ok:
-                raise DataError(f"{archive} has {actual}, expected {spec.archive_checksum}; "
-                                "delete it so it is downloaded again")
-        os.makedirs(directory, exist_ok=True)
-        for name in missing:
-            logging.info("extracting %s from %s", name, archive)
-            _extract(archive, spec.members[name], os.path.join(directory, name),
-                     spec.file_checksums.get(name, ""))
+            _fetch_and_extract(spec, data_dir, directory, missing, archive, download_missing,
+                               timeout)
     return {split: SplitSource(os.path.join(directory, f), start, stop, flag="--data_dir")
             for split, (f, start, stop) in spec.splits.items()}
+
+
+def _make_dir(directory: str) -> None:
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as e:
+        raise DataError(f"cannot create {directory} ({e.strerror}); set DATA_DIR (or "
+                        "--data_dir) to a writable directory") from None
+
+
+def _fetch_and_extract(spec, data_dir, directory, missing, archive, download_missing, timeout):
+    """Extracts the missing files from the archive, downloading it first if absent."""
+    if archive is None:
+        archive = os.path.join(data_dir, spec.archive)
+        if not download_missing:
+            raise DataError(f"{os.path.join(directory, missing[0])} is missing; put the "
+                            f"files there or the archive at {archive}, or allow downloads "
+                            "(drop --nodownload)")
+        download(spec.urls, archive, spec.archive_checksum, timeout)
+    else:
+        ok, actual = checksum_ok(archive, spec.archive_checksum)
+        if not ok:
+            raise DataError(f"{archive} has {actual}, expected {spec.archive_checksum}; "
+                            "delete it so it is downloaded again")
+    _make_dir(directory)
+    for name in missing:
+        logging.info("extracting %s from %s", name, archive)
+        _extract(archive, spec.members[name], os.path.join(directory, name),
+                 spec.file_checksums.get(name, ""))
 
 
 def _find_archive(spec: DatasetSource, data_dir: str, directory: str) -> str | None:

@@ -15,7 +15,6 @@ B*T, counted in meta as `dropped_ids`. (DESIGN.md cuts disjoint rows of
 L // B ids, which never trains the B - 1 transitions between rows.)
 """
 
-import hashlib
 import json
 import os
 
@@ -24,18 +23,14 @@ import tensorflow as tf
 
 from pardata import tokenizers
 from pardata.errors import DataError
+from pardata.meta import (FORMAT_VERSION, META_FILE, check_shards, file_sha256,  # noqa: F401
+                          load_meta, rebuild_hint, split_info, verify_built)
 from pardata.text import Progress
 
-# 2: rows share their boundary ids (format 1 cut disjoint rows, so one
-# transition per row boundary was never trained); format 1 builds must be rebuilt.
-FORMAT_VERSION = 2
-META_FILE = "meta.json"
+# meta.json reading and the shard checks live in pardata.meta (no TensorFlow)
+# and are re-exported above, where they have always been importable from.
 COUNTS_FILE = "unigram_counts.txt"
 SPLITS = ("train", "valid", "test")
-_META_KEYS = ("format_version", "dataset", "tokenizer", "vocab_size", "reserved_ids",
-              "batch_size", "seq_len", "splits", "unigram_counts_file")
-_SPLIT_KEYS = ("ids", "records", "dropped_ids", "words", "bytes", "batch_size",
-               "shards", "shard_records", "shard_bytes", "shard_sha256")
 
 
 def batchify(ids: np.ndarray, batch_size: int, seq_len: int) -> tuple[np.ndarray, int, int]:
@@ -77,14 +72,6 @@ def serialize_record(ids: np.ndarray) -> bytes:
     return tf.train.Example(
         features=tf.train.Features(feature={"ids": feature})).SerializeToString()
 
-
-def file_sha256(path: str) -> str:
-    """Hex sha256 of a file, read in blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def write_split(directory: str, split: str, rows: np.ndarray, records: int, seq_len: int,
@@ -140,34 +127,6 @@ def write_json(path: str, obj: dict, created: list) -> None:
     os.replace(temp, path)
 
 
-def load_meta(data_dir: str) -> dict:
-    """Reads and checks `data_dir/meta.json`.
-
-    Raises:
-        DataError: missing, unreadable or incomplete meta.json.
-    """
-    path = os.path.join(data_dir, META_FILE)
-    if not os.path.isfile(path):
-        raise DataError(f"{path} not found: {data_dir} holds no complete build; run "
-                        f"./create_tfrecords.sh or build_data.py --output_dir={data_dir}")
-    try:
-        with open(path, encoding="utf-8") as f:
-            meta = json.load(f)
-    except (OSError, ValueError) as e:
-        raise DataError(f"cannot read {path} ({e}); rebuild with build_data.py --overwrite") from None
-    missing = [k for k in _META_KEYS if k not in meta]
-    for split, info in meta.get("splits", {}).items():
-        missing += [f"splits.{split}.{k}" for k in _SPLIT_KEYS if k not in info]
-    if missing:
-        raise DataError(f"{path} is incomplete (missing {', '.join(missing)}); rebuild "
-                        "with build_data.py --overwrite")
-    if meta["format_version"] != FORMAT_VERSION:
-        raise DataError(f"{path} has format_version {meta['format_version']}, this code "
-                        f"reads {FORMAT_VERSION} (the record layout changed); rebuild with "
-                        "build_data.py --overwrite")
-    return meta
-
-
 def load_tokenizer(data_dir: str, meta: dict | None = None) -> tokenizers.Tokenizer:
     """The tokenizer saved next to the data, checked against meta.json."""
     meta = load_meta(data_dir) if meta is None else meta
@@ -176,7 +135,7 @@ def load_tokenizer(data_dir: str, meta: dict | None = None) -> tokenizers.Tokeni
         files = ", ".join(meta["tokenizer"].get("files", []))
         raise DataError(f"{os.path.join(data_dir, META_FILE)} says vocab_size "
                         f"{meta['vocab_size']} but the tokenizer files ({files}) hold "
-                        f"{tok.vocab_size} ids; rebuild with build_data.py --overwrite")
+                        f"{tok.vocab_size} ids; {rebuild_hint(meta.get('dataset'))}")
     return tok
 
 
@@ -193,10 +152,11 @@ def unigram_counts(data_dir: str, meta: dict | None = None) -> np.ndarray:
     try:
         counts = np.atleast_1d(np.loadtxt(path, dtype=np.int64))
     except (OSError, ValueError) as e:
-        raise DataError(f"cannot read {path} ({e}); rebuild with build_data.py --overwrite") from None
+        raise DataError(f"cannot read {path} ({e}); "
+                        f"{rebuild_hint(meta.get('dataset'))}") from None
     if counts.shape != (meta["vocab_size"],):
         raise DataError(f"{path} has {counts.size} counts but vocab_size is "
-                        f"{meta['vocab_size']}; rebuild with build_data.py --overwrite")
+                        f"{meta['vocab_size']}; {rebuild_hint(meta.get('dataset'))}")
     return counts
 
 
@@ -212,45 +172,6 @@ def replica_rows(batch_size: int, num_replicas: int, replica_id: int) -> tuple[i
     return replica_id * per, (replica_id + 1) * per
 
 
-def split_info(meta: dict, split: str) -> dict:
-    """meta["splits"][split], or a DataError listing the splits there are."""
-    if split not in meta["splits"]:
-        raise DataError(f"unknown split {split!r}; this build has {sorted(meta['splits'])}")
-    return meta["splits"][split]
-
-
-def check_shards(data_dir: str, split: str, info: dict, verify: bool = True) -> list[str]:
-    """Paths of a split's shards after checking them against meta.json.
-
-    Args:
-        data_dir: built directory.
-        split: split name.
-        info: meta["splits"][split].
-        verify: also compare sha256 (reads every byte once); size is always
-            checked.
-
-    Returns:
-        Shard paths in time order.
-    """
-    lists = [info[k] for k in ("shards", "shard_records", "shard_bytes", "shard_sha256")]
-    if len({len(x) for x in lists}) != 1 or sum(info["shard_records"]) != info["records"]:
-        raise DataError(f"{data_dir}/meta.json: the shard lists of split {split} disagree; "
-                        "rebuild with build_data.py --overwrite")
-    paths = []
-    for name, size, digest in zip(info["shards"], info["shard_bytes"], info["shard_sha256"]):
-        path = os.path.join(data_dir, name)
-        fix = "rebuild with build_data.py --overwrite"
-        if not os.path.isfile(path):
-            raise DataError(f"shard {path} is missing ({len(info['shards'])} shards listed "
-                            f"in meta.json for {split}); {fix}")
-        actual = os.path.getsize(path)
-        if actual != size:
-            raise DataError(f"shard {path} is truncated or modified ({actual} bytes, "
-                            f"expected {size}); {fix}")
-        if verify and file_sha256(path) != digest:
-            raise DataError(f"shard {path} is corrupted (sha256 differs from meta.json); {fix}")
-        paths.append(path)
-    return paths
 
 
 def make_dataset(data_dir: str, split: str, *, meta: dict | None = None, num_replicas: int = 1,
@@ -287,7 +208,7 @@ def make_dataset(data_dir: str, split: str, *, meta: dict | None = None, num_rep
         start, stop = replica_rows(batch, num_replicas, replica_id)
     elif num_replicas != 1:
         replica_rows(batch, num_replicas, 0)
-    paths = check_shards(data_dir, split, info, verify)
+    paths = check_shards(data_dir, split, info, verify, dataset=meta.get("dataset"))
     total = info["records"]
     if not 0 <= skip_records <= total and not repeat:
         raise ValueError(f"skip_records must be in [0, {total}] for split {split}, "

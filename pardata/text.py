@@ -7,6 +7,7 @@ cut (a newline byte never occurs inside a multi-byte sequence).
 
 import dataclasses
 import os
+import threading
 import time
 from typing import Iterator
 
@@ -158,3 +159,33 @@ class Progress:
         logging.info("%s: done in %.1f s%s", self.label, seconds,
                      f" ({detail})" if detail else "")
         return seconds
+
+
+class Heartbeat:
+    """Logs `label: still running, N s` every `interval` seconds inside a `with`.
+
+    For one long call that reports no progress of its own (sentencepiece
+    training): a daemon thread logs while the call runs (it releases the
+    GIL) and is stopped and joined when the block ends, however it ends.
+    """
+
+    def __init__(self, label: str, interval: float = 10.0):
+        self.label = label
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = None
+
+    def _run(self, start: float) -> None:
+        while not self._stop.wait(self.interval):
+            logging.info("%s: still running, %.0f s", self.label, time.monotonic() - start)
+
+    def __enter__(self) -> "Heartbeat":
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, args=(time.monotonic(),),
+                                        name=f"heartbeat: {self.label}", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()

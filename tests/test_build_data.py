@@ -2,8 +2,10 @@
 
 import collections
 import os
+import re
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ import pytest
 import data_utils
 from data_utils import BuildConfig, DataError
 from pardata import records
+from pardata.text import Heartbeat
 
 TEXT = "".join(f"line {i} has some words {'x' * (i % 3)} and more words\n" for i in range(60))
 
@@ -98,9 +101,21 @@ def test_output_dir_refuses_other_build_and_rebuilds(tmp_path):
     mtime = shard.stat().st_mtime_ns
     assert data_utils.build_dataset(_config(tmp_path))["up_to_date"]
     assert shard.stat().st_mtime_ns == mtime  # nothing rewritten
-    shard.unlink()  # a damaged build is rebuilt
-    assert "up_to_date" not in data_utils.build_dataset(_config(tmp_path)) and shard.exists()
-    with pytest.raises(DataError, match="already holds a different build .*--overwrite"):
+    # A damaged build is reported with the fix, not rebuilt behind the user's back.
+    good = shard.read_bytes()
+    shard.write_bytes(good[:10] + bytes([good[10] ^ 1]) + good[11:])
+    with pytest.raises(DataError, match=f"{tmp_path / 'out'} holds this build but it is damaged: "
+                                        f"shard {shard} is corrupted .*plus --overwrite "
+                                        r"\(./create_tfrecords.sh text ... --overwrite\)"):
+        data_utils.build_dataset(_config(tmp_path))
+    assert shard.read_bytes() != good  # left as it was
+    shard.unlink()
+    with pytest.raises(DataError, match=f"shard {shard} is missing"):
+        data_utils.build_dataset(_config(tmp_path))
+    assert "up_to_date" not in data_utils.build_dataset(_config(tmp_path, overwrite=True))
+    assert shard.read_bytes() == good and data_utils.build_dataset(_config(tmp_path))["up_to_date"]
+    with pytest.raises(DataError, match="already holds a different build .*differs in seq_len"
+                                        r"\); pass --overwrite"):
         data_utils.build_dataset(_config(tmp_path, seq_len=3))
     (tmp_path / "out" / "notes.txt").write_text("mine")
     meta = data_utils.build_dataset(_config(tmp_path, seq_len=3, overwrite=True))
@@ -185,3 +200,32 @@ def test_create_tfrecords_wikitext2_train(tmp_path, project_root, shared_data):
     np.testing.assert_array_equal(kept, stream[:kept.size])
     np.testing.assert_array_equal(ys_last[0][:-1], xs[0, 1:, 0])  # row b ends where b+1 starts
     assert len(stream) - kept.size == train["dropped_ids"] < 32 * 32
+
+
+def test_heartbeat_logs_while_a_silent_call_runs(caplog):
+    caplog.set_level("INFO")
+    with Heartbeat("training x", interval=0.05) as beat:
+        time.sleep(0.3)
+    beats = [r.getMessage() for r in caplog.records]
+    assert 3 <= len(beats) <= 6 and all(re.fullmatch(r"training x: still running, \d s", b)
+                                        for b in beats)
+    assert not beat._thread.is_alive()  # stopped with the block
+    time.sleep(0.12)
+    assert len(caplog.records) == len(beats)
+    with pytest.raises(KeyError), Heartbeat("y", interval=0.05) as failing:
+        raise KeyError("x")
+    assert not failing._thread.is_alive()
+
+
+def test_build_progress_is_logged(tmp_path, caplog):
+    caplog.set_level("INFO")
+    data_utils.build_dataset(_config(tmp_path, tokenizer="sentencepiece", vocab_size=30))
+    messages = [r.getMessage() for r in caplog.records]
+    train_file = tmp_path / "train.txt"
+    assert messages[0] == (f"training sentencepiece tokenizer (30 pieces, unigram) on "
+                           f"{train_file} ({train_file.stat().st_size / 1e6:.1f} MB)")
+    steps = ["training sentencepiece tokenizer: done in", "tokenizing train: done in",
+             "tokenizing valid: done in", "tokenizing test: done in",
+             "writing train: done in", "writing valid: done in", "writing test: done in"]
+    found = [next(i for i, m in enumerate(messages) if m.startswith(step)) for step in steps]
+    assert found == sorted(found)  # one line per stage and split, in order

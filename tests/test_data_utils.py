@@ -184,9 +184,9 @@ def test_old_format_version_asks_for_a_rebuild(built, tmp_path):
     d.mkdir()
     meta = dict(built[1], format_version=1)  # disjoint rows, before the shared boundary ids
     (d / "meta.json").write_text(json.dumps(meta))
-    with pytest.raises(DataError, match=r"old/meta.json has format_version 1, .*build_data.py --overwrite"):
+    with pytest.raises(DataError, match=r"old/meta.json has format_version 1, .*record layout.*--overwrite"):
         data_utils.load_meta(str(d))
-    with pytest.raises(DataError, match=r"old/meta.json has format_version 1, .*build_data.py --overwrite"):
+    with pytest.raises(DataError, match=r"old/meta.json has format_version 1, .*record layout.*--overwrite"):
         data_utils.make_dataset(str(d), "train")
 
 

@@ -67,7 +67,8 @@ def _wikitext_like(served, base, urls=None, corrupt_checksum=False):
         SOURCES["wikitext2"], urls=tuple(urls or [f"{base}/wikitext-2-v1.zip"]),
         archive_checksum=_sha256(b"other" if corrupt_checksum else archive),
         file_checksums=types.MappingProxyType(
-            {f"wiki.{s}.tokens": _sha256(d) for s, d in FILES.items()}))
+            {f"wiki.{s}.tokens": _sha256(d) for s, d in FILES.items()}),
+        shipped="")  # not the real files: nothing shipped
     return {"wikitext2": spec}
 
 
@@ -106,7 +107,7 @@ def test_no_network(tmp_path):
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{s.getsockname()[1]}/wikitext-2-v1.zip"
-    sources = {"wikitext2": dataclasses.replace(SOURCES["wikitext2"], urls=(url,))}
+    sources = {"wikitext2": dataclasses.replace(SOURCES["wikitext2"], urls=(url,), shipped="")}
     raw = tmp_path / "raw"
     with pytest.raises(DataError) as e:
         ensure_raw_files("wikitext2", str(raw), sources=sources)
@@ -139,8 +140,9 @@ def test_hand_placed_archive_and_bad_files(tmp_path, server):
 
 
 def test_missing_without_download(tmp_path):
+    sources = {"wikitext2": dataclasses.replace(SOURCES["wikitext2"], shipped="")}
     with pytest.raises(DataError, match="wiki.train.tokens is missing; put the files there"):
-        ensure_raw_files("wikitext2", str(tmp_path), download_missing=False)
+        ensure_raw_files("wikitext2", str(tmp_path), download_missing=False, sources=sources)
 
 
 def test_build_enwik8_like_from_download(tmp_path, server):
@@ -181,3 +183,37 @@ def test_real_tables(shared_data):
     found = ensure_raw_files("wikitext2", str(shared_data), download_missing=False)
     assert found["train"].size() == 10797148
     assert sorted(data_utils.DATASETS) == sorted(list(SOURCES) + ["text"])
+
+
+def test_built_from_another_data_dir_is_up_to_date_without_download(tmp_path, server):
+    """`DATA_DIR=x ./create_tfrecords.sh` then plain `./create_tfrecords.sh`: no download."""
+    served, base, requests = server
+    data = b"some words here\nand more words\n" * 40
+    archive = _zip({"enwik8": data})
+    (served / "enwik8.zip").write_bytes(archive)
+    spec = dataclasses.replace(
+        SOURCES["enwik8"], urls=(f"{base}/enwik8.zip",), archive_checksum=_sha256(archive),
+        file_checksums=types.MappingProxyType({"enwik8": _sha256(data)}),
+        splits=types.MappingProxyType({"train": ("enwik8", 0, 800), "valid": ("enwik8", 800, 1000),
+                                       "test": ("enwik8", 1000, 1240)}))
+    sources = {"enwik8": spec}
+
+    def config(data_dir, **overrides):
+        values = dict(data_dir=str(data_dir), output_dir=str(tmp_path / "out"), batch_size=2,
+                      eval_batch_size=1, seq_len=4)
+        return data_utils.BuildConfig.for_dataset("enwik8", **dict(values, **overrides))
+
+    meta = data_utils.build_dataset(config(tmp_path / "first"), sources=sources)
+    assert "up_to_date" not in meta and requests == ["/enwik8.zip"]
+    elsewhere = tmp_path / "default_raw"
+    again = data_utils.build_dataset(config(elsewhere), sources=sources)
+    assert again["up_to_date"] and again["splits"] == meta["splits"]
+    assert requests == ["/enwik8.zip"] and not elsewhere.exists()
+    # Other settings are refused before anything is fetched, too.
+    with pytest.raises(DataError, match="already holds a different build .*differs in seq_len"):
+        data_utils.build_dataset(config(elsewhere, seq_len=3), sources=sources)
+    assert requests == ["/enwik8.zip"] and not elsewhere.exists()
+    # And --overwrite does fetch (the raw files are needed to rebuild).
+    rebuilt = data_utils.build_dataset(config(elsewhere, seq_len=3, overwrite=True),
+                                       sources=sources)
+    assert rebuilt["seq_len"] == 3 and requests == ["/enwik8.zip"] * 2
