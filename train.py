@@ -26,6 +26,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+import pardata.quiet  # noqa: F401  (TensorFlow start-up noise; before TF is imported)
 from training import config as c
 from training.config import ConfigError, TrainConfig
 
@@ -51,7 +52,8 @@ def model_flag_fields():
     """Flag name -> (dataclass field, families having it), in family and field order.
 
     One flag per name: fields of the same name in several families share it
-    (their help text comes from the first family that defines it).
+    (the type and choices of the first family that defines it; see
+    `_model_flag_help` for the text).
     """
     from model.families import FAMILIES
 
@@ -64,6 +66,23 @@ def model_flag_fields():
                 fields[field.name] = (field, [])
             fields[field.name][1].append(family.name)
     return fields
+
+
+def _model_flag_help(name, owners):
+    """The fields' help text; per family where the families describe it differently."""
+    from model.families import FAMILIES
+
+    helps = {}
+    for family in owners:
+        field = next(f for f in FAMILIES[family].flag_fields() if f.name == name)
+        helps[family] = field.metadata["help"]
+    if len(set(helps.values())) == 1:
+        text = next(iter(helps.values()))
+    else:
+        text = " ".join(f"{family}: {help_}" for family, help_ in helps.items())
+    if sorted(owners) != sorted(FAMILIES):
+        text += f" ({', '.join(owners)} only.)"
+    return text + " Default: the preset's."
 
 
 def define_flags(fv=flags.FLAGS):
@@ -112,15 +131,10 @@ def define_flags(fv=flags.FLAGS):
            "tokens kept at full width); lowered to leave room for the tails on small "
            "vocabularies.")
     define("list", "proj_dims", None, "Explicit tail widths, one per cutoff.")
-    all_families = sorted(FAMILIES)
     for name, (field, owners) in model_flag_fields().items():
         kind = _flag_kind(field)
-        help_ = field.metadata["help"]
-        if sorted(owners) != all_families:
-            help_ += f" ({', '.join(owners)} only.)"
-        help_ += " Default: the preset's."
         args = [list(field.metadata["choices"])] if kind == "enum" else []
-        define(kind, name, None, help_, *args)
+        define(kind, name, None, _model_flag_help(name, owners), *args)
     define("integer", "eval_mem_len", None, "Memory length at evaluation, >= 0 (default: "
            "--mem_len).")
 
@@ -330,7 +344,6 @@ def main(argv):
         return 1
     try:
         config, overwrite = config_from_flags(flags.FLAGS)
-        data_utils.verify_built(config.data_dir)  # every shard's sha256, before step 1
         logging.info("config: %s", config)
         train(config, overwrite=overwrite)
     except (ConfigError, data_utils.DataError, NonFiniteError) as error:

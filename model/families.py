@@ -14,6 +14,7 @@ import importlib
 from typing import Any
 
 from model import builder as transformer_xl_builder
+from model import sha_rnn_config
 from model.config import ModelConfig
 
 DEFAULT_FAMILY = "transformer_xl"
@@ -90,6 +91,16 @@ def _families():
             presets=transformer_xl_builder.PRESETS,
             default_preset="wt2_base",
             builder="model.builder:build_transformer_xl",
+        ),
+        Family(
+            name="sha_rnn",
+            description="SHA-RNN (LSTM blocks, single-head attention over a long memory, "
+                        "Boom feed-forward; no attention layers: a plain LSTM LM)",
+            config_class=sha_rnn_config.ShaRnnConfig,
+            presets=sha_rnn_config.PRESETS,
+            default_preset="sha_rnn_small",
+            builder="model.sha_rnn:build_sha_rnn",
+            train_defaults=sha_rnn_config.TRAIN_DEFAULTS,
         ),
     ]
     return {family.name: family for family in families}

@@ -278,8 +278,22 @@ PRESETS: dict[str, dict] = {
     # d_model 256 it suggests (1000, 3495)). Dropouts are a guess for a
     # small corpus, not tuned.
     "sha_rnn_wt2": dict(_WT2),
+    # Unit tests: tiny widths, attention in block 0 of 2 (the second-to-last).
+    "sha_rnn_tiny": dict(vocab_size=64, d_model=16, num_layers=2, boom_dim=32, mem_len=8,
+                         cutoffs=(16, 32), tie_weights=False),
+    "lstm_tiny": dict(vocab_size=64, d_model=16, num_layers=2, boom_dim=32, mem_len=0,
+                      attention_layers=(), cutoffs=(16, 32), tie_weights=False),
     "lstm_wt2": dict(_WT2, attention_layers=(), mem_len=0),
 }  # fmt: skip
+
+
+# The reference recipe's optimisation (LAMB, lr 2e-3, 800 linear warm-up
+# steps, clip 0.25, weight decay 1.2e-6), applied by train.py for the flags a
+# user does not give. The tiny test presets keep the trainer's defaults.
+_LAMB_RECIPE = dict(optimizer="lamb", learning_rate=2e-3, warmup_steps=800, clip_norm=0.25,
+                    weight_decay=1.2e-6)
+TRAIN_DEFAULTS: dict[str, dict] = {
+    name: dict(_LAMB_RECIPE) for name in PRESETS if not name.endswith("_tiny")}
 
 
 def sha_rnn_preset(name, **overrides) -> ShaRnnConfig:

@@ -148,3 +148,39 @@ def test_export_errors_leave_nothing_behind(run, tmp_path):
     assert (tmp_path / "lm.keras").read_text() == "keep me"
     export.export_keras(run, tmp_path / "lm.keras", overwrite=True)
     assert (tmp_path / "lm.keras").stat().st_size > 1000
+
+
+@pytest.fixture(scope="module")
+def sha_rnn_run(tmp_path_factory, shared_data):
+    """A SHA-RNN run trained for a few steps by the generic trainer, loaded for serving."""
+    import data_utils
+    from model.families import get_family
+    from serving.generation import load_run
+    from training.config import TrainConfig
+    from training.loop import train
+
+    root = tmp_path_factory.mktemp("sha_rnn_export")
+    data_dir = build_data(root, shared_data, "word")
+    meta = data_utils.load_meta(str(data_dir))
+    family = get_family("sha_rnn")
+    model = family.preset_config("sha_rnn_tiny", vocab_size=meta["vocab_size"])
+    config = TrainConfig(
+        data_dir=str(data_dir), model_dir=str(root / "run"), model=model, model_family="sha_rnn",
+        preset="sha_rnn_tiny", batch_size=meta["batch_size"], seq_len=meta["seq_len"],
+        eval_mem_len=8, max_steps=3, optimizer="lamb", eval_max_records=2, sample_tokens=0,
+        logdir=str(root / "logs"))
+    train(config)
+    return load_run(root / "run")
+
+
+@pytest.mark.slow
+def test_sha_rnn_exports_reload_in_a_clean_process_with_equal_outputs(sha_rnn_run, tmp_path):
+    model = sha_rnn_run.model
+    assert model.family == "sha_rnn"
+    out = check_exports(sha_rnn_run, tmp_path, "model.sha_rnn")
+    # State: (h, c) of both LSTM layers, then the attention memory kept to mem_len.
+    d = model.d_model
+    assert [tuple(s.shape[1:]) for s in model.state_signature()] == [(d,)] * 4 + [(None, d)]
+    assert out["saved_new_state_memory_4"].shape == (2, 6, d)
+    assert out["saved_new_state_empty_4"].shape == (2, 5, d)
+    assert out["saved_new_state_memory_0"].shape == (2, d)

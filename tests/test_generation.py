@@ -182,6 +182,31 @@ def test_cache_equals_full_recomputation_when_memory_holds_the_context(variant):
     assert len(set(ref_tokens)) > 1  # a sequence, not one repeated token
 
 
+@pytest.mark.parametrize("preset", ["sha_rnn_tiny", "lstm_tiny"])
+def test_sha_rnn_cache_equals_full_recomputation(preset):
+    """The same generic Decoder over SHA-RNN's state: LSTM (h, c) and attention memory."""
+    from model.families import get_family
+    from serving.generation import Decoder
+
+    family = get_family("sha_rnn")
+    model = family.build(family.preset_config(
+        preset, vocab_size=64, dropout=0.0, dropout_input=0.0, dropout_hidden=0.0,
+        attn_dropout=0.0))
+    rng = np.random.default_rng(5)
+    for v in model.variable_groups()["weights"]:
+        if len(v.shape) >= 2:
+            v.assign(rng.normal(0.0, 0.4, v.shape).astype(np.float32))
+    num_tokens = 12
+    decoder = Decoder(model, mem_len=len(PROMPT) + num_tokens)
+    tokens, dists = decoder.generate(PROMPT, num_tokens, greedy=True, chunk_len=3,
+                                     return_log_probs=True)
+    ref_tokens, ref_dists = greedy_full_recomputation(model, PROMPT, num_tokens)
+    assert tokens[0].tolist() == ref_tokens
+    np.testing.assert_allclose(dists[0], ref_dists, atol=2e-5)
+    assert len(set(ref_tokens)) > 1
+    assert decoder.tracing_counts()["forward"] == 1
+
+
 def test_short_memory_equals_explicit_segment_recurrence(supernet, decoder):
     num_tokens = 10
     tokens, dists = decoder.generate(PROMPT, num_tokens, greedy=True, chunk_len=3,

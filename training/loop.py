@@ -7,6 +7,7 @@ metrics.json. Epochs start from fresh memories; a run resumes from the exact
 data position of its latest checkpoint.
 """
 
+import contextlib
 import json
 import math
 import os
@@ -20,7 +21,7 @@ import tensorflow as tf
 
 import data_utils
 from training import checkpoint as checkpoint_lib
-from training import metrics, summaries
+from training import metrics, run_lock, summaries
 from training import strategy as strategy_lib
 from training.config import ConfigError, check_data, check_replicas, check_resume
 from training.trainer import Trainer
@@ -135,25 +136,28 @@ def train(config, callbacks=None, *, strategy=None, overwrite=False):
         tf.config.experimental.enable_op_determinism()
     try:
         meta, tokenizer = data_utils.load_built(config.data_dir)
+        data_utils.verify_built(config.data_dir, meta)  # every shard, before step 1
     except data_utils.DataError as error:
         raise ConfigError(f"--data_dir={config.data_dir}: {error}") from None
     check_data(config, meta)
     check_replicas(config, meta, strategy.num_replicas_in_sync)
-    resume = check_resume(config, overwrite)
     chief = strategy_lib.is_chief(strategy)
-    logdir = config.logdir or default_logdir(config.model_dir)
-    if chief:
-        if overwrite:
-            checkpoint_lib.clear_run(config.model_dir, logdir)
-        os.makedirs(config.model_dir, exist_ok=True)
-        config.save()
-        _copy_tokenizer(config.data_dir, meta, config.model_dir)
-    policy = keras.mixed_precision.global_policy()
-    try:
-        trainer = Trainer(config, meta, strategy, tokenizer)
-        return _Run(trainer, logdir, chief, callbacks, resume).run()
-    finally:
-        keras.mixed_precision.set_global_policy(policy)
+    # One training process per run directory (only the chief writes there).
+    with run_lock.RunLock(config.model_dir) if chief else contextlib.nullcontext():
+        resume = check_resume(config, overwrite)
+        logdir = config.logdir or default_logdir(config.model_dir)
+        if chief:
+            if overwrite:
+                checkpoint_lib.clear_run(config.model_dir, logdir)
+            os.makedirs(config.model_dir, exist_ok=True)
+            config.save()
+            _copy_tokenizer(config.data_dir, meta, config.model_dir)
+        policy = keras.mixed_precision.global_policy()
+        try:
+            trainer = Trainer(config, meta, strategy, tokenizer)
+            return _Run(trainer, logdir, chief, callbacks, resume).run()
+        finally:
+            keras.mixed_precision.set_global_policy(policy)
 
 
 def _copy_tokenizer(data_dir, meta, model_dir):

@@ -16,10 +16,17 @@ import pytest
 STEPS = 5
 # One config for all: no dropout (replicas would draw the same masks for their
 # rows, one device draws one mask for all rows), L2 decay, arch warmup.
-_TRAIN_FLAGS = ["--preset=tiny", "--dropout=0", "--learning_rate=3e-3", "--clip_norm=0.5",
+_TRAIN_FLAGS = ["--learning_rate=3e-3", "--clip_norm=0.5",
                 "--weight_decay=0.01", "--arch_warmup_steps=1", "--eval_mem_len=8",
                 f"--max_steps={STEPS}", "--log_interval=1", "--eval_max_records=4",
                 "--sample_tokens=0", "--deterministic"]
+# Per family: its tiny preset, dropout off (SHA-RNN: with LAMB, its recipe).
+_FAMILY_FLAGS = {
+    "transformer_xl": ["--preset=tiny", "--dropout=0"],
+    "sha_rnn": ["--model_family=sha_rnn", "--preset=sha_rnn_tiny", "--dropout=0",
+                "--dropout_input=0", "--dropout_hidden=0", "--attn_dropout=0",
+                "--optimizer=lamb"],
+}
 
 # Child: the same global batches through `default` and `mirrored` (2 replicas)
 # trainers that start from identical weights. Prints what to compare as JSON
@@ -54,8 +61,8 @@ for inputs, targets in data_utils.make_dataset(data_dir, "train", meta=meta).tak
     a, b = one.train_step(inputs, targets), two.train_step(inputs, targets)
     pairs = {
         "weights": (arrays(one.model.variables), arrays(two.model.variables)),
-        "optimizer": (arrays(one.optimizers["weights"].variables + one.optimizers["arch"].variables),
-                      arrays(two.optimizers["weights"].variables + two.optimizers["arch"].variables)),
+        "optimizer": (arrays([v for o in one.optimizers.values() for v in o.variables]),
+                      arrays([v for o in two.optimizers.values() for v in o.variables])),
         "memory": (arrays(one.global_state()), arrays(two.global_state())),
     }
     diffs = {k: max(float(np.max(np.abs(x - y))) for x, y in zip(*v)) for k, v in pairs.items()}
@@ -77,19 +84,20 @@ def _free_ports(count):
     return ports
 
 
-@pytest.fixture(scope="module")
-def distributed_runs(tiny_data, tmp_path_factory, subprocess_env):
+@pytest.fixture(scope="module", params=sorted(_FAMILY_FLAGS))
+def distributed_runs(request, tiny_data, tmp_path_factory, subprocess_env):
     """Runs the mirrored child and two multi-worker train.py workers concurrently."""
+    flags = _FAMILY_FLAGS[request.param] + _TRAIN_FLAGS
     root = tmp_path_factory.mktemp("distributed")
     weights = root / "default_weights.npz"
     cluster = {"worker": [f"127.0.0.1:{p}" for p in _free_ports(2)]}
     commands = [(["-c", _MIRRORED_CHILD, str(tiny_data), str(root / "mirrored"), str(weights),
-                  *_TRAIN_FLAGS], {})]
+                  *flags], {})]
     for index in range(2):
         tf_config = {"cluster": cluster, "task": {"type": "worker", "index": index}}
         commands.append((["train.py", f"--data_dir={tiny_data}", f"--model_dir={root / 'mw'}",
                           f"--logdir={root / 'mw' / 'logs'}", "--strategy=multi_worker",
-                          *_TRAIN_FLAGS], {"TF_CONFIG": json.dumps(tf_config)}))
+                          *flags], {"TF_CONFIG": json.dumps(tf_config)}))
     procs = [subprocess.Popen([sys.executable, *args], cwd=subprocess_env["PYTHONPATH"],
                               env=dict(subprocess_env, **env), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for args, env in commands]
@@ -106,8 +114,13 @@ def test_mirrored_two_cpu_replicas_equals_default(distributed_runs):
     assert report["replicas"] == 2 and len(report["steps"]) == STEPS
     for step in report["steps"]:
         one, two = step["one"], step["two"]
-        for key in ("loss", "nll", "grad_norm", "arch_grad_norm"):
-            assert two[key] == pytest.approx(one[key], rel=1e-5), key
+        assert {"loss", "nll", "grad_norm"} <= set(one)  # and arch_grad_norm for a supernet
+        for key in [k for k in one if k in ("loss", "nll") or k.endswith("grad_norm")]:
+            # The architecture gradient is a small difference of large terms
+            # (candidates compete), summed in another order over replicas:
+            # its float32 rounding is absolute, about 1e-7.
+            tolerance = dict(abs=1e-6) if key == "arch_grad_norm" else {}
+            assert two[key] == pytest.approx(one[key], rel=1e-5, **tolerance), key
         assert one["finite"] and two["finite"]
         # Weights, Adam moments (a doubled gradient sum would show here even
         # though Adam's step hardly changes) and the memories of both replicas.

@@ -209,3 +209,94 @@ def test_overwrite_removes_only_our_files(tmp_path):
     clear_run(str(run), str(logs))
     assert sorted(os.listdir(run)) == ["notes.md"]
     assert not (logs / "train").exists()
+
+
+# ------------------------------------------------------------- model families
+
+
+@pytest.fixture
+def parse_any(tiny_data, tmp_path):
+    """parse_any(*flags) -> (TrainConfig, overwrite): like `parse` without a default preset."""
+
+    def run(*args):
+        fv = train_cli.define_flags(flags.FlagValues())
+        fv(["train.py", f"--data_dir={tiny_data}", f"--model_dir={tmp_path / 'run'}", *args])
+        return train_cli.config_from_flags(fv)
+
+    return run
+
+
+def test_sha_rnn_flags_come_from_its_config_fields(parse_any, tiny_data):
+    from model.sha_rnn_config import ShaRnnConfig
+
+    fv = train_cli.define_flags(flags.FlagValues())
+    for field in dataclasses.fields(ShaRnnConfig):
+        assert field.name == "vocab_size" or field.name in fv, field.name
+        # The flag's help is the field's own (one source of truth), except for
+        # the flags train.py parses itself (cutoffs: 'auto', 'none').
+        if field.name not in ("vocab_size",) + train_cli._SPECIAL_MODEL_FLAGS:
+            assert field.metadata["help"] in fv[field.name].help, field.name
+    config, _ = parse_any("--model_family=sha_rnn", "--preset=sha_rnn_tiny", "--d_model=24",
+                          "--boom_dim=48", "--attention_layers=0,1", "--mem_len=5")
+    assert config.model_family == "sha_rnn" and isinstance(config.model, ShaRnnConfig)
+    meta = data_utils.load_meta(str(tiny_data))
+    assert (config.model.vocab_size, config.model.d_model, config.model.boom_dim,
+            config.model.attention_layers, config.model.mem_len) == (
+        meta["vocab_size"], 24, 48, (0, 1), 5)
+    assert config.eval_mem_len == 5
+    assert TrainConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+    plain, _ = parse_any("--model_family=sha_rnn", "--preset=sha_rnn_tiny", "--attention_layers=")
+    assert plain.model.attention_layers == ()  # a plain LSTM language model
+
+
+def test_sha_rnn_presets_bring_their_recipe(parse_any):
+    config, _ = parse_any("--model_family=sha_rnn", "--preset=lstm_small")
+    assert (config.optimizer, config.learning_rate, config.warmup_steps) == ("lamb", 2e-3, 800)
+    assert config.preset == "lstm_small" and config.model.attention_layers == ()
+    # Flags the user gives win over the recipe.
+    config, _ = parse_any("--model_family=sha_rnn", "--preset=lstm_small",
+                          "--learning_rate=1e-3", "--optimizer=adam")
+    assert (config.optimizer, config.learning_rate, config.warmup_steps) == ("adam", 1e-3, 800)
+    # The family's default preset.
+    config, _ = parse_any("--model_family=sha_rnn")
+    assert config.preset == "sha_rnn_small"
+
+
+@pytest.mark.parametrize("args,pattern", [
+    (["--model_family=sha_rnn", "--preset=sha_rnn_tiny", "--num_heads=2"],
+     r"--num_heads is a flag of --model_family=transformer_xl, not of --model_family=sha_rnn"),
+    (["--preset=tiny", "--attention_layers=0"],
+     r"--attention_layers is a flag of --model_family=sha_rnn, not of "
+     r"--model_family=transformer_xl"),
+    (["--model_family=sha_rnn", "--preset=tiny"],
+     r"--preset=tiny is a transformer_xl preset but --model_family=sha_rnn: pass "
+     r"--model_family=transformer_xl"),
+    (["--preset=sha_rnn_tiny"],
+     r"--preset=sha_rnn_tiny is a sha_rnn preset but --model_family=transformer_xl: pass "
+     r"--model_family=sha_rnn"),
+    (["--model_family=sha_rnn", "--preset=sha_rnn_tiny", "--architecture=afaf"],
+     r"--architecture does not apply to --model_family=sha_rnn"),
+])
+def test_family_mismatches_are_refused(parse_any, args, pattern):
+    with pytest.raises(ConfigError, match=pattern):
+        parse_any(*args)
+
+
+def test_unknown_family_is_a_flag_error():
+    fv = train_cli.define_flags(flags.FlagValues())
+    with pytest.raises(flags.IllegalFlagValueError, match="transformer_xl"):
+        fv(["train.py", "--model_family=gpt"])
+
+
+def test_resuming_a_run_as_another_family_is_refused(parse_any):
+    from training.loop import train
+
+    txl, _ = parse_any("--preset=tiny")
+    os.makedirs(txl.model_dir)
+    txl.save()
+    before = sorted(os.listdir(txl.model_dir))
+    sha, _ = parse_any("--model_family=sha_rnn", "--preset=sha_rnn_tiny")
+    with pytest.raises(ConfigError, match=r"holds a transformer_xl run, which "
+                       r"--model_family=sha_rnn cannot resume: use --model_family=transformer_xl"):
+        train(sha, strategy=types.SimpleNamespace(num_replicas_in_sync=1))
+    assert sorted(os.listdir(txl.model_dir)) == before
