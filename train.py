@@ -334,6 +334,18 @@ def config_from_flags(fv):
     return config, fv.overwrite
 
 
+def config_summary(config):
+    """One short line describing the run (the whole config goes to config.json)."""
+    model = config.model
+    size = ", ".join(f"{k} {getattr(model, k)}" for k in (
+        "architecture", "d_model", "num_blocks", "num_layers") if hasattr(model, k))
+    length = f"{config.max_steps} steps" if config.max_steps else f"{config.epochs} epochs"
+    return (f"{config.model_dir}: {config.model_family} preset {config.preset} ({size}), "
+            f"batch {config.batch_size} x {config.seq_len}, {config.optimizer} lr "
+            f"{config.learning_rate:g}, {length}, {config.precision}; full config in "
+            f"{os.path.join(config.model_dir, c.CONFIG_FILE)}")
+
+
 def main(argv):
     import data_utils
     from training.loop import NonFiniteError, train
@@ -344,7 +356,7 @@ def main(argv):
         return 1
     try:
         config, overwrite = config_from_flags(flags.FLAGS)
-        logging.info("config: %s", config)
+        logging.info("%s", config_summary(config))
         train(config, overwrite=overwrite)
     except (ConfigError, data_utils.DataError, NonFiniteError) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -115,7 +115,7 @@ def test_build_data_reports_a_corrupted_build(built, project_root, tmp_path):
     message = result.stderr.strip().splitlines()[-1].replace(str(shard), "F").replace(
         str(built[0]), "D").replace("create_tfrecords.sh text", "create_tfrecords.sh DATASET")
     assert f"| `{message}` |" in readme
-    in_train = "error: " + message.split(" damaged: ", 1)[1]
+    in_train = "error: --data_dir=D: " + message.split(" damaged: ", 1)[1]
     assert f"| `{in_train}` |" in readme
 
 
@@ -131,6 +131,7 @@ def test_train_refuses_a_corrupt_valid_shard_before_step_1(built, project_root, 
         timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert result.returncode == 1, result.stderr[-3000:]
     assert result.stderr.strip().splitlines()[-1] == (
-        f"error: shard {shard} is corrupted (sha256 differs from meta.json); rebuild it with "
-        "the command that built it plus --overwrite (./create_tfrecords.sh text ... --overwrite)")
+        f"error: --data_dir={d}: shard {shard} is corrupted (sha256 differs from meta.json); "
+        "rebuild it with the command that built it plus --overwrite (./create_tfrecords.sh text "
+        "... --overwrite)")
     assert not run_dir.exists()  # nothing written, no step spent

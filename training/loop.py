@@ -98,6 +98,18 @@ def _split_scalars(result):
     return {"loss": result["nll"], **{k: result.get(k) for k in keys}}
 
 
+def format_duration(seconds):
+    """'1h02m', '3m05s' or '42s'."""
+    seconds = int(round(max(seconds, 0.0)))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
 def default_logdir(model_dir):
     """logs/<basename of model_dir>, so `tensorboard --logdir logs` shows every run."""
     return os.path.join("logs", os.path.basename(os.path.normpath(model_dir)))
@@ -207,8 +219,15 @@ class _Run:
         self._valid = (None, None)
         logging.info("training %d steps (%d records per epoch, %d replica(s))",
                      trainer.total_steps, records, trainer.replicas)
+        first_step = True
+        # The ETA counts everything after the first step (evaluations and saves
+        # included), so it is the wall time still to wait.
+        self._clock = None
         while self.step < trainer.total_steps:
             start = time.perf_counter()
+            if first_step:
+                logging.info("step %d: tracing and compiling the training step (the first step "
+                             "takes longer: tens of seconds on a CPU)", self.step + 1)
             position = int(state.data_position.numpy())
             if iterator is None:
                 iterator = iter(data_utils.make_dataset(
@@ -216,6 +235,10 @@ class _Run:
             inputs, targets = next(iterator)
             out = trainer.train_step(inputs, targets)
             busy += time.perf_counter() - start
+            if first_step:
+                logging.info("first step done in %.1f s", time.perf_counter() - start)
+                first_step = False
+                self._clock = (time.perf_counter(), self.step + 1)
             if not out["finite"]:
                 norms = ", ".join(f"{k}={v}" for k, v in out.items() if k.endswith("grad_norm"))
                 raise NonFiniteError(
@@ -251,6 +274,14 @@ class _Run:
             self._evaluate_valid()
         return self._finish()
 
+    def _eta(self, step):
+        """' eta 1h02m' from the wall time per step since the first step, or ''."""
+        if self._clock is None or step <= self._clock[1]:
+            return ""
+        since, first = self._clock
+        per_step = (time.perf_counter() - since) / (step - first)
+        return f" eta {format_duration(per_step * (self.trainer.total_steps - step))}"
+
     def _log_train(self, out, nll, step_time, tokens_per_sec):
         trainer, step = self.trainer, self.step
         values = dict(loss=nll, perplexity=metrics.lm_metrics(nll, 1)["perplexity"],
@@ -268,9 +299,9 @@ class _Run:
         line["tokens_per_sec"] = f"{tokens_per_sec:.1f}"
         self.log.write(line)
         extra = "".join(f" {k} {v:.3f}" for k, v in step_values.items())
-        logging.info("step %d/%d loss %.4f ppl %.2f lr %.3e%s %.0f tokens/s",
+        logging.info("step %d/%d loss %.4f ppl %.2f lr %.3e%s %.0f tokens/s%s",
                      step, trainer.total_steps, nll, values["perplexity"], out["lr"], extra,
-                     tokens_per_sec)
+                     tokens_per_sec, self._eta(step))
         if self.chief:
             self.summaries.scalars("train", step, values)
             for plugin in trainer.plugins:

@@ -33,6 +33,8 @@ The learning rate and the plug-ins' schedules are functions of the index of
 the step being taken (0 for the first step), read from `TrainState.step`.
 """
 
+import time
+
 from absl import logging
 import keras
 import tensorflow as tf
@@ -44,6 +46,9 @@ from training import checkpoint as checkpoint_lib
 from training import metrics, optimizers, plugins, schedules
 from training import strategy as strategy_lib
 from training.config import total_steps
+
+
+EVAL_PROGRESS_SECONDS = 10.0  # a progress line at most this often during evaluation
 
 
 def _no_aggregation(grads_and_vars):
@@ -343,11 +348,19 @@ class Trainer:
         model_state = self.initial_state(info["batch_size"], self.config.eval_mem_len)
         acc = metrics.NllAccumulator()
         records = 0
+        total = min(info["records"], max_records) if max_records else info["records"]
+        start = last_report = time.perf_counter()
         for inputs, targets in dataset:
             batch = strategy_lib.distribute_rows(self.strategy, (inputs, targets))
             nll_sum, count, model_state = self._eval_fn(batch[0], batch[1], model_state)
             acc.add(nll_sum.numpy(), count.numpy())
             records += 1
+            now = time.perf_counter()
+            if now - last_report >= EVAL_PROGRESS_SECONDS and records < total:
+                last_report = now
+                logging.info("evaluating %s: %d/%d records, %.0f s, about %.0f s to go", split,
+                             records, total, now - start, (now - start) * (total - records)
+                             / records)
         fraction = acc.count / info["ids"]
         result = acc.result(words=info["words"] * fraction, num_bytes=info["bytes"] * fraction)
         result["records"] = records

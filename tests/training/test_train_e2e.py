@@ -230,3 +230,29 @@ def test_mixed_precision_steps(make_config, tiny_data, precision):
         assert math.isfinite(trainer.evaluate("valid", 2)["nll"])
     finally:
         keras.mixed_precision.set_global_policy("float32")
+
+
+def test_progress_lines_first_step_eta_and_evaluation(make_config, caplog, monkeypatch):
+    import re
+
+    import train as train_cli
+    from training import trainer as trainer_module
+    from training.loop import format_duration, train
+
+    monkeypatch.setattr(trainer_module, "EVAL_PROGRESS_SECONDS", 0.0)
+    caplog.set_level("INFO")
+    config = make_config(max_steps=10, log_interval=5, sample_tokens=0, eval_max_records=3,
+                         model_architecture="transformer_xl")
+    train(config)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("step 1: tracing and compiling the training step") for m in messages)
+    assert any(re.fullmatch(r"first step done in \d+\.\d s", m) for m in messages)
+    step5 = next(m for m in messages if m.startswith("step 5/10 "))
+    assert re.search(r" tokens/s eta (\d+m)?\d+s$", step5), step5
+    assert any(re.fullmatch(r"evaluating valid: 1/3 records, \d+ s, about \d+ s to go", m)
+               for m in messages)
+    assert (format_duration(3725), format_duration(185), format_duration(42.4)) == (
+        "1h02m", "3m05s", "42s")
+    # train.py logs one short line instead of the whole config (config.json has it).
+    summary = train_cli.config_summary(config)
+    assert len(summary) < 300 and config.model_dir in summary and "transformer_xl" in summary
