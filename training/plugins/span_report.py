@@ -1,18 +1,26 @@
 """Adaptive attention spans (Sukhbaatar et al. 2019) reported as a plug-in.
 
 For a Transformer-XL model with adaptive-span attention: the learned span of
-every head in TensorBoard (`spans/layer_NN/head_H`) at each log interval, and
-the final spans with their mean in metrics.json (`spans`). The span loss
-itself is one of the model's `extra_losses`.
+every head in TensorBoard (`spans/layer_NN/head_H`, and the figure of
+training/span_plots.py as the image `spans/figure`) at each log interval;
+at the end the figure in the run directory (`spans.png`) and the spans with
+their mean in metrics.json (`spans`). The span loss itself is one of the
+model's `extra_losses`.
 """
 
-import numpy as np
+import os
 
+import numpy as np
+import tensorflow as tf
+
+from training import span_plots
 from training.plugins import Plugin
 
 
 class SpanReport(Plugin):
     """See the module docstring."""
+
+    RUN_FILES = (span_plots.SPANS_PNG,)
 
     def __init__(self, model):
         self.model = model
@@ -26,10 +34,22 @@ class SpanReport(Plugin):
     def _spans(self):
         return [np.asarray(s, dtype=np.float64) for s in self.model.spans]
 
+    def _figure_args(self):
+        return self._spans(), self.model.span_max, self.model.span_ramp
+
     def on_log(self, step, summaries, model_dir):
-        summaries.spans(step, self._spans())
+        spans = self._spans()
+        summaries.spans(step, spans)
+        image, _ = span_plots.spans_figure(*self._figure_args())
+        with summaries.writer("train").as_default(step=int(step)):
+            tf.summary.image("spans/figure", image[None], description=(
+                "Learned span per head (bars, by layer) and each head's soft mask."))
 
     def on_finish(self, results, model_dir, chief):
         spans = self._spans()
         results["spans"] = {"per_layer": [s.tolist() for s in spans],
-                            "mean": float(np.mean(np.concatenate(spans)))}
+                            "mean": float(np.mean(np.concatenate(spans))),
+                            "max": int(self.model.span_max)}
+        if chief:
+            span_plots.plot_spans(*self._figure_args(),
+                                  os.path.join(model_dir, span_plots.SPANS_PNG))
