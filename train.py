@@ -148,6 +148,11 @@ def define_flags(fv=flags.FLAGS):
     from_config("float", "arch_weight_decay", "L2 weight decay of the architecture logits.")
     from_config("float", "arch_beta_1", "Adam beta_1 of the architecture optimizer.")
     from_config("float", "arch_beta_2", "Adam beta_2 of the architecture optimizer.")
+    from_config("float", "search_cost_coef", "Weight of the expected FLOPs of the network "
+                "(sum over blocks of sum_k p_k cost_k, relative to Transformer-XL) in the "
+                "architecture loss: higher trades perplexity for speed (0: off).")
+    from_config("float", "search_cost_target", "Penalise only the expected cost above this "
+                "fraction of Transformer-XL's FLOPs (0: penalise all of it).")
 
     group = "optimisation"
     from_config("enum", "optimizer", "Weights optimizer (training/optimizers.py): " + " ".join(

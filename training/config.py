@@ -70,6 +70,10 @@ class TrainConfig:
         arch_beta_1: Adam beta_1 of the architecture optimizer (0.5, the
             DARTS setting for architecture parameters).
         arch_beta_2: Adam beta_2 of the architecture optimizer (0.999).
+        search_cost_coef: weight of the expected-cost term of the
+            architecture loss (0 = off; training/plugins/par_search.py).
+        search_cost_target: penalise only the expected cost above this
+            fraction of Transformer-XL's FLOPs (0 = penalise all of it).
         optimizer: weights optimizer, a key of training.optimizers.OPTIMIZERS
             (adam, adamw, lamb, adagrad; each owns its weight-decay rule).
         learning_rate: peak learning rate of the weights.
@@ -119,6 +123,8 @@ class TrainConfig:
     arch_weight_decay: float = 5e-4
     arch_beta_1: float = 0.5
     arch_beta_2: float = 0.999
+    search_cost_coef: float = 0.0
+    search_cost_target: float = 0.0
     # Optimisation of the weights.
     optimizer: str = "adam"
     learning_rate: float = 1e-3
@@ -207,6 +213,8 @@ class TrainConfig:
         for flag in ("arch_learning_rate", "learning_rate"):
             require(getattr(self, flag) > 0, flag, "must be > 0")
         for flag in ("arch_weight_decay", "weight_decay", "clip_norm", "min_lr"):
+            require(getattr(self, flag) >= 0, flag, "must be >= 0")
+        for flag in ("search_cost_coef", "search_cost_target"):
             require(getattr(self, flag) >= 0, flag, "must be >= 0")
         for flag in ("arch_beta_1", "arch_beta_2", "beta_1", "beta_2"):
             require(0 <= getattr(self, flag) < 1, flag, "must be in [0, 1)")

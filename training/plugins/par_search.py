@@ -9,6 +9,12 @@ search adds to plain training (Mandava et al. 2020, arXiv 2009.04534):
   `arch_warmup_steps` on;
 - the Gumbel-softmax temperature `tau_at(step)`, set on the model before
   every step and logged;
+- the optional cost-aware search: `search_cost_coef * max(0, E[cost] -
+  search_cost_target)` added to the loss, where `E[cost] = sum_blocks
+  sum_k p_k cost_k` (plus the fixed embedding and output cost) is the expected
+  forward FLOPs per token of the network under p = softmax(alpha), relative
+  to a Transformer-XL of the same depth (model/flops.py), so the knob trades
+  perplexity for speed; the expected cost is logged (`expected_cost`);
 - the architecture summaries (TensorBoard), the probability history
   (`arch_history.json`), and at the end the derived architecture
   (`architecture.json/.txt`, metrics.json) and the plots.
@@ -21,8 +27,36 @@ import os
 from absl import logging
 import numpy as np
 
+from model import flops
+from model.config import ARCHITECTURE_LETTERS
 from training import derive, plots, schedules
 from training.plugins import OptimizerGroup, Plugin
+
+
+def candidate_costs(model_config, seq_len, mem_len):
+    """Forward FLOPs per token of each candidate of one block, and of the rest.
+
+    Returns:
+        (float64 [C] costs of (attention, dense, identity) of one block,
+        fixed cost of embedding and output layer), both relative to the total
+        of a Transformer-XL with as many blocks (`af` repeated, an extra `a`
+        for an odd count).
+    """
+    n = model_config.num_blocks
+    reference = "af" * (n // 2) + "a" * (n % 2)
+    total = flops.forward_flops_per_token(model_config, reference, seq_len, mem_len)
+    per_letter = {
+        "a": flops.attention_flops_per_token(model_config, seq_len, mem_len)["total"],
+        "f": flops.dense_flops_per_token(model_config),
+        "i": 0.0,
+    }
+    costs = np.array([per_letter[letter] for letter in ARCHITECTURE_LETTERS], np.float64)
+    return costs / total["total"], (total["embedding"] + total["head"]) / total["total"]
+
+
+def expected_cost(probs, costs, fixed):
+    """sum_blocks sum_k p_k cost_k + fixed, for probabilities [num_blocks, C]."""
+    return float(np.sum(np.asarray(probs) @ costs) + fixed)
 
 
 class ParSearch(Plugin):
@@ -37,6 +71,10 @@ class ParSearch(Plugin):
         self.searching = "arch" in model.variable_groups()
         self._tau_steps = config.tau_anneal_steps or total_steps
         self._tau = None
+        self._costs = None
+        if self.searching and config.search_cost_coef > 0:
+            self._costs, self._fixed_cost = candidate_costs(
+                config.model, config.seq_len, config.model.mem_len)
         self.history = plots.ArchHistory()
 
     @classmethod
@@ -62,6 +100,25 @@ class ParSearch(Plugin):
             l2_variables=variables, clip_norm=0.0, start_step=c.arch_warmup_steps,
             learning_rate=lambda: c.arch_learning_rate)]
 
+    def _expected_cost(self):
+        """Scalar float32 tensor: the expected relative FLOPs under softmax(alpha)."""
+        import tensorflow as tf
+
+        logits = tf.stack([tf.convert_to_tensor(v) for v in self.model.variable_groups()["arch"]])
+        probs = tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1)  # [num_blocks, C]
+        return tf.reduce_sum(probs * tf.constant(self._costs, tf.float32)) + self._fixed_cost
+
+    def extra_losses(self):
+        if self._costs is None:
+            return []
+        import tensorflow as tf
+
+        c = self.config
+        cost = self._expected_cost()
+        if c.search_cost_target > 0:  # only the cost above the target
+            cost = tf.maximum(cost - c.search_cost_target, 0.0)
+        return [c.search_cost_coef * cost]
+
     def before_step(self, step):
         if not self.searching:
             return
@@ -71,7 +128,12 @@ class ParSearch(Plugin):
         self.model.set_search_state(self._tau, step)
 
     def step_values(self, step):
-        return {"tau": self._tau} if self.searching else {}
+        if not self.searching:
+            return {}
+        values = {"tau": self._tau}
+        if self._costs is not None:
+            values["expected_cost"] = self._expected_cost()
+        return values
 
     # ------------------------------------------------------------ the host
 
