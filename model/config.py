@@ -105,8 +105,75 @@ def tail_dims(d_model, num_tails, proj_factor=4.0, proj_dims=()):
     )
 
 
+def check_softmax_fields(config):
+    """Validates the adaptive-softmax fields every family's config shares.
+
+    Args:
+        config: an object with vocab_size, d_model, cutoffs, proj_factor and
+            proj_dims.
+
+    Raises:
+        ValueError: naming the field and the fix.
+    """
+    cutoffs = config.cutoffs
+    if any(c < 1 or c >= config.vocab_size for c in cutoffs):
+        raise ValueError(
+            f"cutoffs={cutoffs} must lie in [1, vocab_size={config.vocab_size}) "
+            "(the vocabulary size itself is implied, do not list it)"
+        )
+    if any(b <= a for a, b in zip(cutoffs, cutoffs[1:])):
+        raise ValueError(f"cutoffs={cutoffs} must be strictly increasing")
+    if config.proj_dims:
+        if len(config.proj_dims) != len(cutoffs):
+            raise ValueError(
+                f"proj_dims={config.proj_dims} needs one width per tail cluster, i.e. "
+                f"len(cutoffs)={len(cutoffs)} values; or leave it empty to use proj_factor"
+            )
+        if any(d < 1 for d in config.proj_dims):
+            raise ValueError(f"proj_dims={config.proj_dims} must be positive integers")
+    if not (config.proj_factor >= 1.0 and math.isfinite(config.proj_factor)):
+        raise ValueError(f"proj_factor must be a finite number >= 1, got {config.proj_factor}")
+
+
+class DictConfig:
+    """JSON round trip and validated copies for a frozen config dataclass.
+
+    Subclasses list their tuple-valued fields in `TUPLE_FIELDS` (lists in
+    JSON; None stays None).
+    """
+
+    TUPLE_FIELDS: tuple = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly dict (tuples become lists)."""
+        out = dataclasses.asdict(self)
+        for name in self.TUPLE_FIELDS:
+            if out[name] is not None:
+                out[name] = list(out[name])
+        return out
+
+    @classmethod
+    def _check_known(cls, names):
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(names) - known)
+        if unknown:
+            raise ValueError(f"unknown {cls.__name__} field(s) {unknown}; valid fields are "
+                             f"{sorted(known)}")
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]):
+        """Inverse of `to_dict`; unknown keys raise a ValueError listing them."""
+        cls._check_known(values)
+        return cls(**values)
+
+    def replace(self, **changes):
+        """A copy with some fields changed (validated again)."""
+        self._check_known(changes)
+        return dataclasses.replace(self, **changes)
+
+
 @dataclasses.dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(DictConfig):
     """Hyper-parameters of `TransformerXLLM` (see docs/interfaces.md).
 
     Attributes:
@@ -142,6 +209,8 @@ class ModelConfig:
         eval_mode: "argmax" or "expected" candidate weights at evaluation.
         seed: seed of the Gumbel noise (with the block index and the step).
     """
+
+    TUPLE_FIELDS = _TUPLE_FIELDS  # (a class attribute, not a field)
 
     vocab_size: int = dataclasses.field(
         metadata={"help": "Number of token ids V (taken from the data)."})
@@ -257,24 +326,7 @@ class ModelConfig:
             raise ValueError(f"eval_mode must be one of {EVAL_MODES}, got {self.eval_mode!r}")
 
     def _check_softmax(self):
-        cutoffs = self.cutoffs
-        if any(c < 1 or c >= self.vocab_size for c in cutoffs):
-            raise ValueError(
-                f"cutoffs={cutoffs} must lie in [1, vocab_size={self.vocab_size}) "
-                "(the vocabulary size itself is implied, do not list it)"
-            )
-        if any(b <= a for a, b in zip(cutoffs, cutoffs[1:])):
-            raise ValueError(f"cutoffs={cutoffs} must be strictly increasing")
-        if self.proj_dims:
-            if len(self.proj_dims) != len(cutoffs):
-                raise ValueError(
-                    f"proj_dims={self.proj_dims} needs one width per tail cluster, i.e. "
-                    f"len(cutoffs)={len(cutoffs)} values; or leave it empty to use proj_factor"
-                )
-            if any(d < 1 for d in self.proj_dims):
-                raise ValueError(f"proj_dims={self.proj_dims} must be positive integers")
-        if not (self.proj_factor >= 1.0 and math.isfinite(self.proj_factor)):
-            raise ValueError(f"proj_factor must be a finite number >= 1, got {self.proj_factor}")
+        check_softmax_fields(self)
 
     def _check_attention(self):
         if self.attention not in ATTENTIONS:
@@ -305,29 +357,3 @@ class ModelConfig:
         if self.architecture == TRANSFORMER_XL:
             return transformer_xl_architecture(self.num_blocks)
         return self.architecture
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly dict (tuples become lists)."""
-        out = dataclasses.asdict(self)
-        for field in _TUPLE_FIELDS:
-            out[field] = list(out[field])
-        return out
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "ModelConfig":
-        """Inverse of `to_dict`; unknown keys raise a ValueError listing them."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(
-                f"unknown ModelConfig field(s) {unknown}; valid fields are {sorted(known)}"
-            )
-        return cls(**values)
-
-    def replace(self, **changes) -> "ModelConfig":
-        """A copy with some fields changed (validated again)."""
-        known = {f.name for f in dataclasses.fields(self)}
-        unknown = sorted(set(changes) - known)
-        if unknown:
-            raise ValueError(f"unknown ModelConfig field(s) {unknown}; valid fields are {sorted(known)}")
-        return dataclasses.replace(self, **changes)

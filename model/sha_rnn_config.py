@@ -16,9 +16,8 @@ proj_dims, tie_weights, seed). Each field's help text lives in its metadata
 
 import dataclasses
 import math
-from typing import Any
 
-from model.config import tail_dims
+from model.config import DictConfig, check_softmax_fields
 
 _TUPLE_FIELDS = ("attention_layers", "cutoffs", "proj_dims")
 _DROPOUT_FIELDS = ("dropout", "dropout_input", "dropout_hidden", "attn_dropout")
@@ -53,7 +52,7 @@ def default_attention_layers(num_layers):
 
 
 @dataclasses.dataclass(frozen=True)
-class ShaRnnConfig:
+class ShaRnnConfig(DictConfig):
     """Hyper-parameters of `ShaRnnLM` (model/sha_rnn.py).
 
     The defaults are the reference's enwik8 model (README command): 4 layers,
@@ -79,6 +78,8 @@ class ShaRnnConfig:
     All dropout rates are applied by `model.dropout.FastDropout`, which rounds
     them to a multiple of 1/256.
     """
+
+    TUPLE_FIELDS = _TUPLE_FIELDS  # (a class attribute, not a field)
 
     vocab_size: int = dataclasses.field(
         metadata={"help": "Number of token ids V (the data's vocabulary size)."}
@@ -189,23 +190,7 @@ class ShaRnnConfig:
             )
 
     def _check_softmax(self):
-        # Same rule as ModelConfig._check_softmax (private there, so repeated).
-        cutoffs = self.cutoffs
-        if any(c < 1 or c >= self.vocab_size for c in cutoffs):
-            raise ValueError(
-                f"cutoffs={cutoffs} must lie in [1, vocab_size={self.vocab_size}) "
-                "(the vocabulary size itself is implied, do not list it)"
-            )
-        if any(b <= a for a, b in zip(cutoffs, cutoffs[1:])):
-            raise ValueError(f"cutoffs={cutoffs} must be strictly increasing")
-        if self.proj_dims and len(self.proj_dims) != len(cutoffs):
-            raise ValueError(
-                f"proj_dims={self.proj_dims} needs one width per tail cluster, i.e. "
-                f"len(cutoffs)={len(cutoffs)} values; or leave it empty to use proj_factor"
-            )
-        if not (self.proj_factor >= 1.0 and math.isfinite(self.proj_factor)):
-            raise ValueError(f"proj_factor must be a finite number >= 1, got {self.proj_factor}")
-        tail_dims(self.d_model, len(cutoffs), self.proj_factor, self.proj_dims)  # proj_dims >= 1
+        check_softmax_fields(self)
 
     @property
     def resolved_attention_layers(self):
@@ -214,34 +199,6 @@ class ShaRnnConfig:
             return default_attention_layers(self.num_layers)
         return tuple(sorted(self.attention_layers))
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly dict (tuples become lists; attention_layers may be None)."""
-        out = dataclasses.asdict(self)
-        for name in _TUPLE_FIELDS:
-            if out[name] is not None:
-                out[name] = list(out[name])
-        return out
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "ShaRnnConfig":
-        """Inverse of `to_dict`; unknown keys raise a ValueError listing them."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(
-                f"unknown ShaRnnConfig field(s) {unknown}; valid fields are {sorted(known)}"
-            )
-        return cls(**values)
-
-    def replace(self, **changes) -> "ShaRnnConfig":
-        """A copy with some fields changed (validated again)."""
-        known = {f.name for f in dataclasses.fields(self)}
-        unknown = sorted(set(changes) - known)
-        if unknown:
-            raise ValueError(
-                f"unknown ShaRnnConfig field(s) {unknown}; valid fields are {sorted(known)}"
-            )
-        return dataclasses.replace(self, **changes)
 
 
 # Presets: dicts of ShaRnnConfig keyword arguments.
