@@ -211,19 +211,14 @@ def define_flags(fv=flags.FLAGS):
 def _model_config(fv, meta):
     """(family, preset, model config) from --model_family, --preset, the model flags and
     the data's vocab."""
-    from model.families import get_family, preset_family
+    from model.families import get_family
 
     family = get_family(fv.model_family)
     preset = fv.preset or family.default_preset
-    if preset not in family.presets:
-        owner = preset_family(preset)
-        if owner is not None:
-            raise ConfigError(
-                f"--preset={preset} is a {owner.name} preset but --model_family={family.name}: "
-                f"pass --model_family={owner.name}, or a {family.name} preset "
-                f"({', '.join(sorted(family.presets))})")
-        raise ConfigError(f"--preset={preset} is unknown for --model_family={family.name}: use "
-                          f"one of {sorted(family.presets)}")
+    try:
+        family.check_preset(preset)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
     own = {f.name for f in family.flag_fields()}
     for name, (_, owners) in model_flag_fields().items():
         if fv[name].value is not None and name not in own:

@@ -54,23 +54,31 @@ class Family:
         module, function = self.builder.split(":")
         return getattr(importlib.import_module(module), function)(config, dtype=dtype)
 
+    def check_preset(self, preset):
+        """Raises ValueError unless `preset` is one of this family's presets.
+
+        The message names the family that has the preset, if any, and the fix.
+        """
+        if preset in self.presets:
+            return
+        owner = preset_family(preset)
+        if owner is not None:
+            raise ValueError(
+                f"--preset={preset} is a {owner.name} preset but --model_family={self.name}: "
+                f"pass --model_family={owner.name}, or a {self.name} preset "
+                f"({', '.join(sorted(self.presets))})")
+        raise ValueError(f"--preset={preset} is unknown for --model_family={self.name}: use "
+                         f"one of {sorted(self.presets)}")
+
     def preset_config(self, preset=None, **overrides):
         """The config of a preset of this family with some fields overridden.
 
         Raises:
-            ValueError: unknown preset (naming the family that has it, if
-                any), unknown field, or an invalid value.
+            ValueError: unknown preset (see `check_preset`), unknown field, or
+                an invalid value.
         """
         preset = self.default_preset if preset is None else preset
-        if preset not in self.presets:
-            owner = preset_family(preset)
-            if owner is not None:
-                raise ValueError(
-                    f"preset {preset!r} belongs to the {owner.name} family, not {self.name}: "
-                    f"use --model_family={owner.name}, or a {self.name} preset "
-                    f"({', '.join(sorted(self.presets))})")
-            raise ValueError(f"unknown {self.name} preset {preset!r}; choose one of "
-                             f"{sorted(self.presets)}")
+        self.check_preset(preset)
         return self.config_class.from_dict({**self.presets[preset], **overrides})
 
     def config_from_dict(self, values: dict[str, Any]):
