@@ -113,7 +113,8 @@ class AdaptiveSpanAttention(RelativeMultiHeadAttention):
 
     Args:
         d_model, num_heads, d_head, dropout, attn_dropout, clamp_len,
-            pre_norm, untie_rel_bias, layer_norm_epsilon, kernel_initializer:
+            pre_norm, untie_rel_bias, same_length, layer_norm_epsilon,
+            kernel_initializer:
             as in `RelativeMultiHeadAttention`.
         span_max: int, maximum span S in tokens.
         span_ramp: int, ramp length R > 0 of the soft mask.
@@ -186,8 +187,8 @@ class AdaptiveSpanAttention(RelativeMultiHeadAttention):
         keep = memory_keep_length(self.spans, self.span_ramp, mlen)
         return mem[:, mlen - keep :]  # [B, M', D]
 
-    def _attention_weights(self, logits):
-        weights = super()._attention_weights(logits)  # [B, N, T, K]
+    def _attention_weights(self, logits, max_distance=None):
+        weights = super()._attention_weights(logits, max_distance)  # [B, N, T, K]
         shape = tf.shape(logits)
         mask = adaptive_span_mask(self.spans, self.span_ramp, shape[-2], shape[-1])  # [N, T, K]
         weights = weights * mask

@@ -196,6 +196,9 @@ class ModelConfig(DictConfig):
         final_norm: layer norm after the last block.
         untie_rel_bias: one pair of relative biases u, v per layer; False: one
             pair shared by every attention layer, owned by the model.
+        same_length: every query attends to the same number of keys (the
+            memory length + 1), Transformer-XL's evaluation option
+            (evaluate.py --same_length sets it on a trained run).
         cutoffs: adaptive-softmax cutoffs (excluding V); () = full softmax.
         proj_factor: tail cluster i has width d_model / proj_factor^(i+1).
         proj_dims: explicit tail widths, one per cutoff (overrides proj_factor).
@@ -230,6 +233,9 @@ class ModelConfig(DictConfig):
     untie_rel_bias: bool = _field(
         True, "Relative-position biases u, v per layer; false: one pair shared by every layer "
         "(the Transformer-XL reference default).")
+    same_length: bool = _field(
+        False, "Every query attends to the same number of keys (memory length + 1), as "
+        "Transformer-XL's evaluation option; false: every earlier key.")
     cutoffs: tuple[int, ...] = _field(
         (), "Adaptive-softmax cutoffs (excluding V); empty: full softmax.")
     proj_factor: float = _field(

@@ -18,6 +18,12 @@ layer, or one pair shared by every layer and passed in at call time), and a
 causal mask that lets query i see the keys j <= M + i (all memory and the
 current positions up to i). Scores are laid out `[B, N, T, K]`.
 
+`same_length` (Transformer-XL's evaluation option) also hides the keys
+j < i, so that every query sees the same M + 1 keys, those at distances
+0..M: the mask `_create_mask(qlen, mlen, same_length=True)` of the reference
+TensorFlow code (kimiyoung/transformer-xl, tf/model.py). (Its PyTorch code
+keeps one key fewer, distances 0..mem_len-1.)
+
 The layer is TensorFlow-only on purpose (the project trains with
 `tf.distribute` from TFRecords): `tf` ops give dynamic shapes, which the
 adaptive-span subclass needs to trim its memory inside `tf.function`.
@@ -102,12 +108,26 @@ def rel_shift(x):
     return tf.reshape(shifted, shape)  # [B, N, T, K]
 
 
-def causal_mask(qlen, klen):
-    """Boolean [T, K]: query i (absolute position K - T + i) sees keys j <= K - T + i."""
+def causal_mask(qlen, klen, max_distance=None):
+    """Boolean [T, K]: query i (absolute position K - T + i) sees keys j <= K - T + i.
+
+    Args:
+        qlen: int or scalar int tensor, T.
+        klen: int or scalar int tensor, K >= T.
+        max_distance: None, or int / scalar int tensor: also hide the keys
+            farther than this from the query, `(K - T + i) - j > max_distance`
+            (`same_length` passes the memory length M).
+
+    Returns:
+        bool Tensor [T, K].
+    """
     mlen = klen - qlen
     query = tf.range(qlen)[:, None]
     key = tf.range(klen)[None, :]
-    return key <= query + mlen
+    mask = key <= query + mlen
+    if max_distance is not None:
+        mask = tf.logical_and(mask, query + mlen - key <= max_distance)
+    return mask
 
 
 @keras.saving.register_keras_serializable(package="par")
@@ -140,6 +160,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         clamp_len: int, clamp relative distances to this value; <= 0: no clamp.
         pre_norm: bool, pre-norm instead of post-norm.
         untie_rel_bias: bool, own `u`, `v` (True) or take them in `call`.
+        same_length: bool, every query sees the same number of keys, M + 1
+            (the keys at distances 0..M, M the memory length of the call), as
+            Transformer-XL's evaluation option; False: all causal keys.
         layer_norm_epsilon: float, epsilon of the layer norm.
         kernel_initializer: initializer of the projections and of `u`, `v`
             (default normal with stddev 0.02, as in Transformer-XL).
@@ -156,6 +179,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         clamp_len=-1,
         pre_norm=False,
         untie_rel_bias=True,
+        same_length=False,
         layer_norm_epsilon=1e-5,
         kernel_initializer=None,
         **kwargs,
@@ -177,6 +201,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         self.clamp_len = int(clamp_len)
         self.pre_norm = bool(pre_norm)
         self.untie_rel_bias = bool(untie_rel_bias)
+        self.same_length = bool(same_length)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         if kernel_initializer is None:
             kernel_initializer = keras.initializers.RandomNormal(stddev=0.02)
@@ -222,17 +247,19 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         """Hook for subclasses to drop memory positions; [B, M, D] -> [B, M', D]."""
         return mem
 
-    def _attention_weights(self, logits):
+    def _attention_weights(self, logits, max_distance=None):
         """Causally masked softmax over keys.
 
         Args:
             logits: float32 [B, N, T, K], already scaled.
+            max_distance: None, or the farthest distance a query may see
+                (see `causal_mask`).
 
         Returns:
             float32 [B, N, T, K] attention weights (rows sum to 1).
         """
         shape = tf.shape(logits)
-        mask = causal_mask(shape[-2], shape[-1])  # [T, K]
+        mask = causal_mask(shape[-2], shape[-1], max_distance)  # [T, K]
         return tf.nn.softmax(tf.where(mask, logits, _MASK_VALUE), axis=-1)
 
     def _relative_biases(self, rel_bias):
@@ -253,7 +280,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         content_bias, position_bias = rel_bias
         return tf.cast(content_bias, self.compute_dtype), tf.cast(position_bias, self.compute_dtype)
 
-    def _attend(self, query_input, kv_input, training, content_bias, position_bias):
+    def _attend(self, query_input, kv_input, training, content_bias, position_bias,
+                max_distance=None):
         """Attention without residual and norm.
 
         Args:
@@ -261,6 +289,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             kv_input: [B, K, D] memory followed by the current segment.
             training: bool.
             content_bias, position_bias: u, v [N, H].
+            max_distance: None, or the farthest key distance a query sees.
 
         Returns:
             [B, T, D] output of the output projection (before dropout).
@@ -281,7 +310,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         content = tf.einsum("btnh,bknh->bntk", q_content, k)  # [B, N, T, K]
         position = rel_shift(tf.einsum("btnh,knh->bntk", q_position, r))  # [B, N, T, K]
         logits = tf.cast(content + position, tf.float32)  # [B, N, T, K]
-        weights = self._attention_weights(logits)  # [B, N, T, K]
+        weights = self._attention_weights(logits, max_distance)  # [B, N, T, K]
         weights = self.attn_dropout_layer(weights, training=training)
         weights = tf.cast(weights, self.compute_dtype)
         context = tf.einsum("bntk,bknh->btnh", weights, v)  # [B, T, N, H]
@@ -305,6 +334,11 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         """
         content_bias, position_bias = self._relative_biases(rel_bias)
         x = tf.cast(x, self.compute_dtype)
+        # same_length: distances 0..M of the memory as given (a subclass may
+        # drop memory no query sees; distances do not change with it).
+        max_distance = None
+        if self.same_length:
+            max_distance = 0 if mem is None else tf.shape(mem)[1]
         if mem is not None:
             mem = self._select_memory(tf.cast(mem, self.compute_dtype))
         kv_input = x if mem is None else tf.concat([mem, x], axis=1)  # [B, K, D]
@@ -315,7 +349,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             query_input = tf.slice(kv_input, [0, tf.shape(kv_input)[1] - qlen, 0], [-1, qlen, -1])
         else:
             query_input = x
-        attn = self._attend(query_input, kv_input, training, content_bias, position_bias)
+        attn = self._attend(query_input, kv_input, training, content_bias, position_bias,
+                            max_distance)
         attn = self.output_dropout(attn, training=training)
         if self.pre_norm:
             return x + attn
@@ -336,6 +371,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
                 "clamp_len": self.clamp_len,
                 "pre_norm": self.pre_norm,
                 "untie_rel_bias": self.untie_rel_bias,
+                "same_length": self.same_length,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             }

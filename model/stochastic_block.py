@@ -96,6 +96,8 @@ class StochasticBlock(keras.layers.Layer):
         pre_norm: bool, pre-norm sub-layers.
         untie_rel_bias: bool, the attention candidate owns its relative biases
             u, v (True) or takes the model's shared pair in `call` (False).
+        same_length: bool, the attention candidate's queries all see M + 1
+            keys (see `RelativeMultiHeadAttention`).
         attention: "relative" or "adaptive_span".
         span_max: int, adaptive-span maximum span S.
         span_ramp: int, adaptive-span ramp R.
@@ -125,6 +127,7 @@ class StochasticBlock(keras.layers.Layer):
         clamp_len=-1,
         pre_norm=False,
         untie_rel_bias=True,
+        same_length=False,
         attention="relative",
         span_max=1024,
         span_ramp=32,
@@ -150,6 +153,7 @@ class StochasticBlock(keras.layers.Layer):
         self.clamp_len = int(clamp_len)
         self.pre_norm = bool(pre_norm)
         self.untie_rel_bias = bool(untie_rel_bias)
+        self.same_length = bool(same_length)
         self.attention = str(attention)
         self.span_max = int(span_max)
         self.span_ramp = int(span_ramp)
@@ -172,6 +176,7 @@ class StochasticBlock(keras.layers.Layer):
             clamp_len=self.clamp_len,
             pre_norm=self.pre_norm,
             untie_rel_bias=self.untie_rel_bias,
+            same_length=self.same_length,
             span_max=self.span_max,
             span_ramp=self.span_ramp,
             span_init=self.span_init,
@@ -282,6 +287,7 @@ class StochasticBlock(keras.layers.Layer):
                 "clamp_len": self.clamp_len,
                 "pre_norm": self.pre_norm,
                 "untie_rel_bias": self.untie_rel_bias,
+                "same_length": self.same_length,
                 "attention": self.attention,
                 "span_max": self.span_max,
                 "span_ramp": self.span_ramp,

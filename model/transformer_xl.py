@@ -96,6 +96,7 @@ class TransformerXLLM(keras.Model):
         pre_norm=False,
         final_norm=False,
         untie_rel_bias=True,
+        same_length=False,
         cutoffs=(),
         proj_factor=4.0,
         proj_dims=(),
@@ -117,6 +118,7 @@ class TransformerXLLM(keras.Model):
             d_ffn=d_ffn, num_blocks=num_blocks, architecture=architecture, attention=attention,
             mem_len=mem_len, clamp_len=clamp_len, dropout=dropout, attn_dropout=attn_dropout,
             pre_norm=pre_norm, final_norm=final_norm, untie_rel_bias=untie_rel_bias,
+            same_length=same_length,
             cutoffs=tuple(cutoffs), proj_factor=proj_factor, proj_dims=tuple(proj_dims),
             adaptive_input=adaptive_input, tie_weights=tie_weights, span_max=span_max,
             span_ramp=span_ramp, span_init=span_init, span_loss_coef=span_loss_coef,
@@ -137,6 +139,7 @@ class TransformerXLLM(keras.Model):
         self.pre_norm = config.pre_norm
         self.final_norm = config.final_norm
         self.untie_rel_bias = config.untie_rel_bias
+        self.same_length = config.same_length
         self.cutoffs = config.cutoffs
         self.proj_factor = config.proj_factor
         self.proj_dims = config.proj_dims
@@ -202,7 +205,8 @@ class TransformerXLLM(keras.Model):
         return dict(
             d_model=self.d_model, num_heads=self.num_heads, d_head=self._head_size,
             dropout=self.dropout, attn_dropout=self.attn_dropout, clamp_len=self.clamp_len,
-            pre_norm=self.pre_norm, untie_rel_bias=self.untie_rel_bias, span_max=self.span_max,
+            pre_norm=self.pre_norm, untie_rel_bias=self.untie_rel_bias,
+            same_length=self.same_length, span_max=self.span_max,
             span_ramp=self.span_ramp, span_init=self.span_init, span_loss_coef=self.span_loss_coef,
         )  # fmt: skip
 
@@ -440,6 +444,7 @@ class TransformerXLLM(keras.Model):
                 "pre_norm": self.pre_norm,
                 "final_norm": self.final_norm,
                 "untie_rel_bias": self.untie_rel_bias,
+                "same_length": self.same_length,
                 "cutoffs": list(self.cutoffs),
                 "proj_factor": self.proj_factor,
                 "proj_dims": list(self.proj_dims),

@@ -39,7 +39,7 @@ DATASET_DEFAULTS = {
     "text8": dict(tokenizer="byte", batch_size=22, eval_batch_size=10, seq_len=512, shards=4),
     "text": dict(tokenizer="word", batch_size=32, eval_batch_size=32, seq_len=32, shards=1),
 }
-_OUR_FILES = re.compile(r"^((train|valid|test)-\d{5}-of-\d{5}\.tfrecord|meta\.json|"
+_OUR_FILES = re.compile(r"^((train|valid|test)-(\d{5}-of-\d{5}\.tfrecord|tail\.txt)|meta\.json|"
                         r"unigram_counts\.txt|tokenizer-[\w.-]+)(\.tmp|\.part-\d+)?$")
 
 
@@ -259,6 +259,10 @@ def _up_to_date(config: BuildConfig) -> dict:
     except DataError as e:
         raise DataError(f"{config.output_dir} holds this build but it is damaged: {e}") from None
     logging.info("%s already holds this build; nothing to do", config.output_dir)
+    if any("tail_file" not in info for info in meta["splits"].values()):
+        logging.warning("%s was built before the ids after the last record were stored: "
+                        "training works, evaluate.py needs them; pass --overwrite to rebuild",
+                        config.output_dir)
     return dict(meta, up_to_date=True)
 
 
@@ -327,7 +331,7 @@ def build_dataset(config: BuildConfig, *, sources=downloads.SOURCES) -> dict:
     _clear_output(config.output_dir)
     created = []
     try:
-        return _write(config, tok, ids["train"], stats, batched, fingerprint, created)
+        return _write(config, tok, ids, stats, batched, fingerprint, created)
     except BaseException:
         for path in reversed(created):
             if os.path.exists(path):
@@ -335,20 +339,27 @@ def build_dataset(config: BuildConfig, *, sources=downloads.SOURCES) -> dict:
         raise
 
 
-def _write(config, tok, train_ids, stats, batched, fingerprint, created) -> dict:
-    """Writes tokenizer, counts, shards and (last) meta.json; returns meta."""
+def _write(config, tok, ids, stats, batched, fingerprint, created) -> dict:
+    """Writes tokenizer, counts, shards, tails and (last) meta.json; returns meta.
+
+    `ids` maps each split to its whole id stream.
+    """
     from pardata import records
     tok_info = _save_tokenizer(tok, config, created)
     counts_path = os.path.join(config.output_dir, COUNTS_FILE)
     created.append(counts_path)
-    np.savetxt(counts_path, np.bincount(train_ids, minlength=tok.vocab_size), fmt="%d")
+    np.savetxt(counts_path, np.bincount(ids["train"], minlength=tok.vocab_size), fmt="%d")
     splits = {}
     for split in SPLITS:
         rows, count, dropped = batched[split]
         shard_info = records.write_split(config.output_dir, split, rows, count,
                                          config.seq_len, config.shards, created)
+        # The ids after the kept prefix [0, B*R*T], which evaluation scores too.
+        stream = ids[split]
+        tail_info = records.write_tail(config.output_dir, split, stream[len(stream) - dropped:],
+                                       created)
         splits[split] = dict(stats[split], records=count, dropped_ids=dropped,
-                             batch_size=config.batch_size_for(split), **shard_info)
+                             batch_size=config.batch_size_for(split), **shard_info, **tail_info)
     meta = {
         "format_version": meta_lib.FORMAT_VERSION, "dataset": config.dataset,
         "tokenizer": tok_info, "vocab_size": tok.vocab_size,

@@ -1,9 +1,16 @@
 """meta.json and the integrity of a built directory, without TensorFlow.
 
 A build is complete when `meta.json` is there (it is written last) and every
-shard it lists has the recorded size and sha256. `verify_built` checks that for
-every split; `records.make_dataset(verify=True)` runs the same per-split check
-(`check_shards`) before reading. Nothing here imports TensorFlow, so
+shard it lists has the recorded size and sha256, as has each split's tail file
+(`{split}-tail.txt`: the ids after the last record, which evaluation scores
+too). `verify_built` checks that for every split;
+`records.make_dataset(verify=True)` runs the same per-split check
+(`check_shards`) before reading.
+
+The tail keys of a split (`tail_file`, `tail_bytes`, `tail_sha256`) are
+optional: a format 2 build made before they existed trains as before, and
+reading its whole id stream (`records.read_stream`, for evaluation) asks for
+a rebuild with --overwrite. Nothing here imports TensorFlow, so
 build_data.py can tell in a fraction of a second whether an existing build is
 intact.
 """
@@ -25,6 +32,13 @@ _META_KEYS = ("format_version", "dataset", "tokenizer", "vocab_size", "reserved_
               "batch_size", "seq_len", "splits", "unigram_counts_file")
 _SPLIT_KEYS = ("ids", "records", "dropped_ids", "words", "bytes", "batch_size",
                "shards", "shard_records", "shard_bytes", "shard_sha256")
+# Optional (builds made before the tail was stored lack them), all or none.
+TAIL_KEYS = ("tail_file", "tail_bytes", "tail_sha256")
+
+
+def tail_name(split: str) -> str:
+    """`{split}-tail.txt`: the ids of a split after its last record, one per line."""
+    return f"{split}-tail.txt"
 
 
 def rebuild_hint(dataset: str | None = None) -> str:
@@ -80,7 +94,7 @@ def split_info(meta: dict, split: str) -> dict:
 
 def check_shards(data_dir: str, split: str, info: dict, verify: bool = True,
                  dataset: str | None = None) -> list[str]:
-    """Paths of a split's shards after checking them against meta.json.
+    """Paths of a split's shards after checking them (and its tail file) against meta.json.
 
     Args:
         data_dir: built directory.
@@ -94,10 +108,11 @@ def check_shards(data_dir: str, split: str, info: dict, verify: bool = True,
         Shard paths in time order.
 
     Raises:
-        DataError: naming the first missing, truncated or corrupted shard and
-            the fix (rebuild with --overwrite).
+        DataError: naming the first missing, truncated or corrupted shard (or
+            tail file) and the fix (rebuild with --overwrite).
     """
     fix = rebuild_hint(dataset)
+    _check_tail(data_dir, split, info, verify, fix)
     lists = [info[k] for k in ("shards", "shard_records", "shard_bytes", "shard_sha256")]
     if len({len(x) for x in lists}) != 1 or sum(info["shard_records"]) != info["records"]:
         raise DataError(f"{os.path.join(data_dir, META_FILE)}: the shard lists of split "
@@ -118,8 +133,44 @@ def check_shards(data_dir: str, split: str, info: dict, verify: bool = True,
     return paths
 
 
+def _check_tail(data_dir: str, split: str, info: dict, verify: bool, fix: str) -> None:
+    """Size (and sha256) of the split's tail file, when meta.json lists one."""
+    present = [k for k in TAIL_KEYS if k in info]
+    if not present:
+        return
+    if len(present) != len(TAIL_KEYS):
+        raise DataError(f"{os.path.join(data_dir, META_FILE)}: split {split} lists only "
+                        f"{', '.join(present)} of its tail; {fix}")
+    path = os.path.join(data_dir, info["tail_file"])
+    if not os.path.isfile(path):
+        raise DataError(f"tail file {path} of split {split} is missing; {fix}")
+    actual = os.path.getsize(path)
+    if actual != info["tail_bytes"]:
+        raise DataError(f"tail file {path} is truncated or modified ({actual} bytes, "
+                        f"expected {info['tail_bytes']}); {fix}")
+    if verify and file_sha256(path) != info["tail_sha256"]:
+        raise DataError(f"tail file {path} is corrupted (sha256 differs from meta.json); {fix}")
+
+
+def tail_path(data_dir: str, split: str, info: dict, dataset: str | None = None) -> str:
+    """Path of a split's tail file, or a DataError asking for a rebuild if the build has none.
+
+    Args:
+        data_dir: built directory.
+        split: split name.
+        info: meta["splits"][split].
+        dataset: meta["dataset"], named in the fix.
+    """
+    if "tail_file" not in info:
+        raise DataError(
+            f"{os.path.join(data_dir, META_FILE)} was built before the ids after the last "
+            f"record were stored (split {split} has no tail_file), so its whole id stream "
+            f"cannot be read back; {rebuild_hint(dataset)}")
+    return os.path.join(data_dir, info["tail_file"])
+
+
 def verify_built(data_dir: str, meta: dict | None = None, splits=None) -> dict:
-    """Checks size and sha256 of every shard of a build against its meta.json.
+    """Checks size and sha256 of every shard and tail file of a build against its meta.json.
 
     Meant to run before training starts, so a damaged valid or test shard
     stops the run before any step is spent rather than at the first

@@ -13,6 +13,12 @@ exactly once, including those across row boundaries. The L - (B*R*T + 1) ids
 after it are dropped; they are one contiguous tail of the stream, fewer than
 B*T, counted in meta as `dropped_ids`. (DESIGN.md cuts disjoint rows of
 L // B ids, which never trains the B - 1 transitions between rows.)
+
+Training never sees the tail, but evaluation scores every transition of a
+split, so the build stores it in `{split}-tail.txt` (one id per line, in
+stream order; a text file so it needs neither pickle nor TensorFlow), listed
+in meta.json with its size and sha256. `read_stream` gives a split's whole
+id stream back: the records row by row, then the tail.
 """
 
 import json
@@ -24,7 +30,8 @@ import tensorflow as tf
 from pardata import tokenizers
 from pardata.errors import DataError
 from pardata.meta import (FORMAT_VERSION, META_FILE, check_shards, file_sha256,  # noqa: F401
-                          load_meta, rebuild_hint, split_info, verify_built)
+                          load_meta, rebuild_hint, split_info, tail_name, tail_path,
+                          verify_built)
 from pardata.text import Progress
 
 # meta.json reading and the shard checks live in pardata.meta (no TensorFlow)
@@ -114,6 +121,105 @@ def write_split(directory: str, split: str, rows: np.ndarray, records: int, seq_
         info["shards"].append(name)
     progress.finish(f"{records} records in {count} shard(s)")
     return info
+
+
+def write_tail(directory: str, split: str, tail: np.ndarray, created: list) -> dict:
+    """Writes the ids after the last record of a split, one per line (maybe none).
+
+    Written under a temporary name and renamed when complete.
+
+    Args:
+        directory: output directory.
+        split: split name.
+        tail: int array [dropped_ids], the stream after the kept prefix.
+        created: every path this call creates is appended (for cleanup).
+
+    Returns:
+        The tail part of meta["splits"][split] (tail_file, tail_bytes, tail_sha256).
+    """
+    name = tail_name(split)
+    final = os.path.join(directory, name)
+    temp = final + ".tmp"
+    created.append(temp)
+    with open(temp, "w", encoding="ascii") as f:
+        f.write("".join(f"{int(i)}\n" for i in tail))
+    info = {"tail_file": name, "tail_bytes": os.path.getsize(temp),
+            "tail_sha256": file_sha256(temp)}
+    created.append(final)
+    os.replace(temp, final)
+    return info
+
+
+def read_tail(data_dir: str, split: str, meta: dict | None = None,
+              verify: bool = True) -> np.ndarray:
+    """The ids of a split after its last record, int32 [dropped_ids].
+
+    Raises:
+        DataError: a build without tail files (rebuild with --overwrite), or a
+            missing, modified or unreadable tail file.
+    """
+    meta = load_meta(data_dir) if meta is None else meta
+    info = split_info(meta, split)
+    dataset = meta.get("dataset")
+    path = tail_path(data_dir, split, info, dataset)
+    check_shards(data_dir, split, info, verify, dataset=dataset)  # the tail's size and sha256
+    try:
+        with open(path, encoding="ascii") as f:
+            tail = np.array([int(x) for x in f.read().split()], dtype=np.int64)
+    except (OSError, ValueError) as e:
+        raise DataError(f"cannot read tail file {path} ({e}); {rebuild_hint(dataset)}") from None
+    if tail.size != info["dropped_ids"] or (tail.size and not (
+            0 <= tail.min() and tail.max() < meta["vocab_size"])):
+        raise DataError(f"tail file {path} holds {tail.size} ids, meta.json expects "
+                        f"{info['dropped_ids']} ids in [0, {meta['vocab_size']}); "
+                        f"{rebuild_hint(dataset)}")
+    return tail.astype(np.int32)
+
+
+def read_stream(data_dir: str, split: str, meta: dict | None = None,
+                verify: bool = True) -> np.ndarray:
+    """A split's whole id stream: its records read back row by row, then its tail.
+
+    The records hold rows [B, R*T + 1] that share their boundary ids, so the
+    stream is row 0, then every other row without its first id, then the
+    tail. Equals the tokenizer's encoding of the split's text.
+
+    Args:
+        data_dir: built directory.
+        split: split name.
+        meta: meta.json contents (read if None).
+        verify: check the sha256 of the shards and of the tail first.
+
+    Returns:
+        int32 [L], L = meta["splits"][split]["ids"].
+
+    Raises:
+        DataError: a build without tail files (rebuild with --overwrite),
+            damaged files, or records that do not chain into one stream.
+    """
+    meta = load_meta(data_dir) if meta is None else meta
+    info = split_info(meta, split)
+    tail = read_tail(data_dir, split, meta, verify)
+    batch, seq_len, records = info["batch_size"], meta["seq_len"], info["records"]
+    rows = np.zeros([batch, records * seq_len + 1], np.int32)  # [B, R*T + 1]
+    t = -1
+    for t, (inputs, targets) in enumerate(make_dataset(data_dir, split, meta=meta,
+                                                      verify=False)):
+        rows[:, t * seq_len:(t + 1) * seq_len] = inputs.numpy()
+        rows[:, (t + 1) * seq_len] = targets.numpy()[:, -1]
+    fix = rebuild_hint(meta.get("dataset"))
+    if t + 1 != records:
+        raise DataError(f"split {split} of {data_dir} has {t + 1} records, meta.json says "
+                        f"{records}; {fix}")
+    if not np.array_equal(rows[:-1, -1], rows[1:, 0]):
+        raise DataError(f"the records of split {split} in {data_dir} do not chain into one "
+                        f"stream (a row does not end with the id the next one starts with); "
+                        f"{fix}")
+    stream = np.concatenate([rows[0], rows[1:, 1:].reshape(-1), tail])
+    if stream.size != info["ids"]:
+        raise DataError(f"split {split} of {data_dir} reads back as {stream.size} ids, "
+                        f"meta.json says {info['ids']}; {fix}")
+    return stream
 
 
 def write_json(path: str, obj: dict, created: list) -> None:

@@ -14,7 +14,7 @@ from typing import Iterator
 import numpy as np
 from absl import logging
 
-from pardata.errors import DataError
+from pardata.errors import DataError, NotUtf8Error
 
 CHUNK_BYTES = 1 << 24
 # ASCII whitespace, as bytes.split() sees it: the word count uses these so it
@@ -104,10 +104,11 @@ def decode_utf8(data: bytes, offset: int, source: SplitSource) -> str:
         position = source.start + offset + e.start
         with open(source.path, "rb") as f:
             line = f.read(position).count(b"\n") + 1
-        raise DataError(
+        raise NotUtf8Error(
             f"input file {source.path} is not valid UTF-8 (line {line}, byte "
             f"{position}: {data[e.start:e.start + 4]!r}); convert it to UTF-8 "
-            "(e.g. iconv -f latin1 -t utf-8) or use --tokenizer=byte") from None
+            "(e.g. iconv -f latin1 -t utf-8) or use --tokenizer=byte",
+            source.path, line, position) from None
 
 
 def count_words_lines(data: bytes, at_end: bool) -> tuple[int, int]:
@@ -133,7 +134,7 @@ def count_words_lines(data: bytes, at_end: bool) -> tuple[int, int]:
 
 
 class Progress:
-    """Logs `label: done/total` every `interval` seconds and a final line."""
+    """Logs `label: done/total` (with an ETA) every `interval` seconds and a final line."""
 
     def __init__(self, label: str, total: int, unit: str = "MB", interval: float = 5.0):
         self.label = label
@@ -151,8 +152,11 @@ class Progress:
         if now - self._last >= self.interval:
             self._last = now
             pct = 100.0 * done / max(self.total, 1)
-            logging.info("%s: %s/%s %s (%.0f%%), %.1f s", self.label, self._amount(done),
-                         self._amount(self.total), self.unit, pct, now - self.start)
+            elapsed = now - self.start
+            # Remaining time at the average rate so far (none before any progress).
+            eta = f", ETA {elapsed * (self.total - done) / done:.0f} s" if 0 < done else ""
+            logging.info("%s: %s/%s %s (%.0f%%), %.1f s%s", self.label, self._amount(done),
+                         self._amount(self.total), self.unit, pct, elapsed, eta)
 
     def finish(self, detail: str = "") -> float:
         seconds = time.monotonic() - self.start

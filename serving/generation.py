@@ -377,13 +377,15 @@ def continuation_text(tokenizer, prompt, new_ids):
 class Run:
     """A trained run ready for inference: the float32 model (any family) with the
     checkpoint's weights, the data's tokenizer, the run's `TrainConfig`, the
-    checkpoint prefix restored and the directory the tokenizer came from."""
+    checkpoint prefix restored, the directory the tokenizer came from and the
+    run directory it was loaded from (config.model_dir is where it was trained)."""
 
     model: object
     tokenizer: object
     config: TrainConfig
     checkpoint_path: str
     data_dir: str
+    model_dir: str = ""
     _decoders: dict = dataclasses.field(default_factory=dict, repr=False)
 
     @property
@@ -449,7 +451,26 @@ def _tokenizer_dir(model_dir, config):
         f"built data's meta.json and tokenizer files into {os.path.join(model_dir, 'data')}")
 
 
-def load_run(model_dir, checkpoint="best"):
+def _override_model(config, overrides, model_dir):
+    """The run's TrainConfig with some model fields changed (checked, named as flags)."""
+    from model.families import FAMILIES
+
+    fields = {f.name for f in dataclasses.fields(config.model)}
+    for name, value in overrides.items():
+        if name not in fields:
+            owners = [f.name for f in FAMILIES.values()
+                      if name in {x.name for x in dataclasses.fields(f.config_class)}]
+            raise GenerationError(
+                f"--{name}={value!r} does not apply to {model_dir}: its {config.model_family} "
+                f"model has no {name} setting (only {', '.join(owners) or 'no'} models have "
+                f"one): drop --{name}")
+    try:
+        return config.replace(model=config.model.replace(**overrides))
+    except ValueError as error:
+        raise GenerationError(f"--{'/--'.join(overrides)}: {error}") from None
+
+
+def load_run(model_dir, checkpoint="best", model_overrides=None):
     """Loads a trained run: config, tokenizer and the weights of one checkpoint.
 
     The model is built in float32 whatever the training precision.
@@ -457,13 +478,18 @@ def load_run(model_dir, checkpoint="best"):
     Args:
         model_dir: directory written by train.py.
         checkpoint: "best", "latest" or a path (see `resolve_checkpoint`).
+        model_overrides: optional dict of model config fields to change
+            before the model is built, settings that leave the weights as
+            they are (evaluation's clamp_len, same_length). `Run.config`
+            holds the changed config.
 
     Returns:
         A `Run`.
 
     Raises:
         GenerationError: no trained model, unreadable config, missing
-            tokenizer, or a checkpoint that does not fit the config.
+            tokenizer, a checkpoint that does not fit the config, or an
+            override the run's model family does not have (named as a flag).
     """
     model_dir = os.fspath(model_dir)
     if not os.path.isdir(model_dir):
@@ -475,6 +501,8 @@ def load_run(model_dir, checkpoint="best"):
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise GenerationError(f"cannot read {os.path.join(model_dir, CONFIG_FILE)} ({error}): "
                               "restore the file written by train.py") from None
+    if model_overrides:
+        config = _override_model(config, dict(model_overrides), model_dir)
     path = resolve_checkpoint(model_dir, checkpoint)
     data_dir = _tokenizer_dir(model_dir, config)
     try:
@@ -493,7 +521,7 @@ def load_run(model_dir, checkpoint="best"):
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise GenerationError(f"checkpoint {path} does not fit the model of "
                               f"{os.path.join(model_dir, CONFIG_FILE)} ({first})") from None
-    return Run(model, tokenizer, config, path, data_dir)
+    return Run(model, tokenizer, config, path, data_dir, model_dir)
 
 
 def generate_text(run, prompt, num_tokens, *, temperature=1.0, top_k=0, top_p=1.0, greedy=False,

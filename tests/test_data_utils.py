@@ -307,6 +307,86 @@ def test_bad_meta(built, tmp_path):
         data_utils.make_dataset(str(built[0]), "dev")
 
 
+def test_read_stream_equals_the_tokenizers_encoding(built):
+    out, meta, wt2 = built
+    _, tok = data_utils.load_built(str(out))
+    sources = {"train": "wiki.valid.tokens", "valid": "wiki.test.tokens",
+               "test": "wiki.valid.tokens"}
+    for split, fname in sources.items():
+        info = meta["splits"][split]
+        expected = np.array(tok.encode((wt2 / fname).read_text(encoding="utf-8")))
+        stream = data_utils.read_stream(str(out), split)
+        assert stream.dtype == np.int32 and stream.shape == (info["ids"],)
+        np.testing.assert_array_equal(stream, expected)
+        # The tail file holds exactly the ids after the kept prefix, one per line.
+        assert 0 < info["dropped_ids"] < info["batch_size"] * meta["seq_len"]
+        tail = (out / info["tail_file"]).read_text().split("\n")
+        assert tail[-1] == "" and len(tail) - 1 == info["dropped_ids"]
+        np.testing.assert_array_equal(np.array(tail[:-1], int),
+                                      expected[len(expected) - info["dropped_ids"]:])
+
+
+@pytest.mark.parametrize("tokenizer,extra,lines", [
+    ("word", {}, 61), ("byte", {}, 37), ("sentencepiece", {"vocab_size": 30}, 48),
+    ("word", {}, 44)])  # 44 lines: 337 ids = 3 records of 2 x 56 + 1 (2 of 3 x 56), no tail
+def test_read_stream_of_every_tokenizer(tmp_path, tokenizer, extra, lines):
+    text = "".join(f"line {i} has words {'x' * (i % 3)} and more\n" for i in range(lines))
+    for split in ("train", "valid", "test"):
+        (tmp_path / f"{split}.txt").write_text(text, encoding="utf-8")
+    config = data_utils.BuildConfig.for_dataset(
+        "text", output_dir=str(tmp_path / "out"), tokenizer=tokenizer, batch_size=2,
+        eval_batch_size=3, seq_len=56 if lines == 44 else 7, **extra,
+        **{f"{s}_file": str(tmp_path / f"{s}.txt") for s in ("train", "valid", "test")})
+    meta = data_utils.build_dataset(config)
+    _, tok = data_utils.load_built(config.output_dir)
+    expected = (tok.encode_bytes(text.encode()) if tokenizer == "byte"
+                else np.array(tok.encode(text)))
+    for split in ("train", "valid", "test"):
+        np.testing.assert_array_equal(data_utils.read_stream(config.output_dir, split),
+                                      expected)
+    if lines == 44:
+        assert all(meta["splits"][s]["dropped_ids"] == 0 for s in meta["splits"])
+        assert (tmp_path / "out" / "train-tail.txt").read_bytes() == b""
+
+
+def test_tail_files_are_checked_like_the_shards(built, tmp_path):
+    d = _copy(built, tmp_path)
+    info = built[1]["splits"]["valid"]
+    tail = d / info["tail_file"]
+    good = tail.read_bytes()
+    fix = r"rebuild it with the command that built it plus --overwrite"
+    tail.write_bytes(good.replace(b"1", b"2", 1))
+    with pytest.raises(DataError, match=f"tail file {tail} is corrupted .*; {fix}"):
+        data_utils.verify_built(str(d))
+    with pytest.raises(DataError, match=f"tail file {tail} is corrupted"):
+        data_utils.make_dataset(str(d), "valid")
+    with pytest.raises(DataError, match=f"tail file {tail} is corrupted"):
+        data_utils.read_stream(str(d), "valid")
+    tail.write_bytes(good[:-2])
+    with pytest.raises(DataError, match=f"tail file {tail} is truncated or modified"):
+        data_utils.verify_built(str(d))
+    tail.unlink()
+    with pytest.raises(DataError, match=f"tail file {tail} of split valid is missing; {fix}"):
+        data_utils.verify_built(str(d))
+
+
+def test_a_build_without_tails_trains_but_cannot_give_its_stream(built, tmp_path):
+    d = _copy(built, tmp_path)
+    meta = json.loads((d / "meta.json").read_text())
+    for info in meta["splits"].values():  # as written before the tails were stored
+        for key in ("tail_file", "tail_bytes", "tail_sha256"):
+            del info[key]
+    (d / "meta.json").write_text(json.dumps(meta))
+    for split in meta["splits"]:
+        (d / f"{split}-tail.txt").unlink()
+    assert data_utils.verify_built(str(d)) == meta
+    assert len(list(data_utils.make_dataset(str(d), "valid"))) == meta["splits"]["valid"]["records"]
+    with pytest.raises(DataError, match=r"meta.json was built before the ids after the last "
+                                        r"record were stored \(split valid has no tail_file\)"
+                                        r".*rebuild it with .*--overwrite"):
+        data_utils.read_stream(str(d), "valid")
+
+
 @pytest.mark.slow
 def test_mirrored_strategy_gets_fixed_rows(built, project_root):
     """tf.distribute on two logical CPUs splits each batch into replica_rows."""

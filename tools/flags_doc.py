@@ -7,7 +7,7 @@ r"""Generates the README's "Flags" section from the entry scripts' flag definiti
 Each entry script is executed as a module (never as `__main__`, so nothing
 runs) with `from absl import flags` temporarily bound to a copy of absl's
 flags module whose `DEFINE_*` functions and `FLAGS` target a fresh
-`flags.FlagValues()`. The five scripts define overlapping names (`model_dir`,
+`flags.FlagValues()`. The entry scripts define overlapping names (`model_dir`,
 `data_dir`, ...), so each gets its own FlagValues and the process-wide
 `flags.FLAGS` is never touched (a script that defines a flag there anyway is
 an error). Scripts that define their flags in a function (`train.py`'s
@@ -47,6 +47,7 @@ SCRIPTS = {
     "train.py": "define_flags",
     "optimal_cuts.py": "_define_flags",
     "generate.py": None,
+    "evaluate.py": None,
     "export.py": None,
 }
 
@@ -77,6 +78,13 @@ GROUPS = {
         ("sampling", ("num_tokens", "num_samples", "temperature", "top_k", "top_p", "greedy",
                       "seed")),
         ("memory", ("mem_len", "chunk_len")),
+    ),
+    "evaluate.py": (
+        ("run", ("model_dir", "checkpoint")),
+        ("text", ("split", "text_file", "data_dir")),
+        ("evaluation settings", ("seq_len", "mem_len", "batch_size", "clamp_len",
+                                 "same_length")),
+        ("output", ("output", "progress_interval")),
     ),
     "export.py": (
         ("run", ("model_dir", "checkpoint")),

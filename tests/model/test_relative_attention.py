@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from model.relative_attention import (
     RelativeMultiHeadAttention,
+    causal_mask,
     rel_shift,
     relative_positional_encoding,
 )
@@ -46,7 +47,8 @@ def layer_norm(h, gamma, beta, eps):
     return (h - h.mean(-1, keepdims=True)) / np.sqrt(h.var(-1, keepdims=True) + eps) * gamma + beta
 
 
-def slow_attention(layer, x, mem, span_weight=None, renorm_eps=0.0, rel_bias=None):
+def slow_attention(layer, x, mem, span_weight=None, renorm_eps=0.0, rel_bias=None,
+                   same_length=None):
     """Relative attention layer output from the formula, one (b, i, n, j) at a time.
 
     Args:
@@ -58,6 +60,8 @@ def slow_attention(layer, x, mem, span_weight=None, renorm_eps=0.0, rel_bias=Non
         renorm_eps: epsilon added to the renormalisation denominator.
         rel_bias: optional (u, v) [N, H] used instead of the layer's own
             (a layer built with untie_rel_bias=False has none).
+        same_length: see only the M + 1 keys at distances 0..M; None: the
+            layer's same_length.
 
     Returns:
         float64 [B, T, D].
@@ -69,6 +73,8 @@ def slow_attention(layer, x, mem, span_weight=None, renorm_eps=0.0, rel_bias=Non
     mem = np.zeros((x.shape[0], 0, x.shape[2])) if mem is None else np.asarray(mem, np.float64)
     batch, qlen, width = x.shape
     mlen = mem.shape[1]
+    same_length = layer.same_length if same_length is None else same_length
+    first_key = (lambda i: i) if same_length else (lambda i: 0)
     eps = layer.layer_norm_epsilon
     keys = np.concatenate([mem, x], axis=1)
     if layer.pre_norm:
@@ -81,7 +87,8 @@ def slow_attention(layer, x, mem, span_weight=None, renorm_eps=0.0, rel_bias=Non
             for n in range(layer.num_heads):
                 q = queries[b, i] @ w["query_kernel"][:, n]
                 scores, values = [], []
-                for j in range(mlen + i + 1):  # causal: keys up to absolute position M + i
+                keys_seen = range(first_key(i), mlen + i + 1)
+                for j in keys_seen:  # causal: keys up to absolute position M + i
                     distance = mlen + i - j
                     if layer.clamp_len > 0:
                         distance = min(distance, layer.clamp_len)
@@ -93,7 +100,7 @@ def slow_attention(layer, x, mem, span_weight=None, renorm_eps=0.0, rel_bias=Non
                 p = np.exp(np.array(scores) - max(scores))
                 p /= p.sum()
                 if span_weight is not None:
-                    p = p * np.array([span_weight(n, mlen + i - j) for j in range(len(p))])
+                    p = p * np.array([span_weight(n, mlen + i - j) for j in keys_seen])
                     p /= p.sum() + renorm_eps
                 attn += (p @ np.array(values)) @ w["output_kernel"][n]
             out[b, i] = x[b, i] + attn
@@ -162,6 +169,39 @@ def test_matches_slow_reference(mlen, overrides):
     np.testing.assert_allclose(got, slow_attention(layer, x, mem), rtol=1e-5, atol=1e-5)
 
 
+def reference_same_length_mask(qlen, mlen):
+    """NumPy port of `_create_mask(qlen, mlen, same_length=True)` of the reference
+    TensorFlow Transformer-XL (kimiyoung/transformer-xl, tf/model.py): 1 = hidden."""
+    ones = np.ones((qlen, qlen))
+    mask_u, mask_dia, mask_l = np.triu(ones), np.eye(qlen), np.tril(ones)
+    ret = np.concatenate([np.zeros((qlen, mlen)), mask_u - mask_dia], axis=1)
+    return np.concatenate([ret[:, :qlen] + mask_l - mask_dia, ret[:, qlen:]], axis=1)
+
+
+@pytest.mark.parametrize("qlen,mlen", [(4, 6), (4, 4), (5, 2), (3, 0), (1, 3)])
+def test_same_length_mask_is_the_reference_mask(qlen, mlen):
+    got = causal_mask(qlen, qlen + mlen, max_distance=mlen).numpy()
+    np.testing.assert_array_equal(got, reference_same_length_mask(qlen, mlen) == 0)
+    assert (got.sum(axis=1) == mlen + 1).all()  # the same number of keys for every query
+    plain = causal_mask(qlen, qlen + mlen).numpy()
+    np.testing.assert_array_equal(plain, np.tril(np.ones((qlen, qlen + mlen)), mlen) == 1)
+
+
+@pytest.mark.parametrize("mlen,overrides", [(4, {}), (2, {}), (0, {}), (None, {}),
+                                            (3, {"pre_norm": True, "clamp_len": 2})])
+def test_same_length_matches_slow_reference(mlen, overrides):
+    layer = make_layer(same_length=True, **overrides)
+    x, mem = random_inputs(qlen=5, mlen=mlen or 0)
+    mem = None if mlen is None else mem
+    got = layer(x, mem).numpy()
+    np.testing.assert_allclose(got, slow_attention(layer, x, mem), rtol=1e-5, atol=1e-5)
+    # Query 0 sees all its causal keys either way; later ones see fewer, which
+    # changes the output at this scale (guards the reference itself).
+    full = slow_attention(layer, x, mem, same_length=False)
+    np.testing.assert_allclose(full[:, 0], got[:, 0], rtol=1e-5, atol=1e-5)
+    assert np.abs(full[:, 1:] - got[:, 1:]).max() > 1e-3
+
+
 def test_position_term_matters_at_test_scale():
     # Guards the reference itself: the position term must matter at this scale.
     layer = make_layer()
@@ -213,7 +253,8 @@ def shared_bias(seed=5):
 
 @pytest.mark.parametrize("untie_rel_bias", [True, False])
 def test_config_json_round_trip(untie_rel_bias):
-    layer = make_layer(clamp_len=3, pre_norm=True, dropout=0.1, untie_rel_bias=untie_rel_bias, name="attn")
+    layer = make_layer(clamp_len=3, pre_norm=True, dropout=0.1, untie_rel_bias=untie_rel_bias,
+                       same_length=not untie_rel_bias, name="attn")
     bias = {} if untie_rel_bias else {"rel_bias": shared_bias()}
     config = json.loads(json.dumps(layer.get_config()))
     clone = RelativeMultiHeadAttention.from_config(config)

@@ -106,6 +106,47 @@ def test_memory_lengths_and_empty_memories():
         model(ids, mems=mems[:1])
 
 
+@pytest.mark.parametrize("overrides", [
+    dict(architecture="afff"),
+    dict(architecture="fafi", attention="adaptive_span", span_max=16, span_ramp=4),
+    dict(architecture="supernet")], ids=["afff", "adaptive_span", "supernet"])
+def test_same_length_segments_equal_one_window_per_position(overrides):
+    """With one attention block, same_length makes position p see exactly the M + 1
+    block inputs p - M .. p: recomputed here position by position from a window
+    (plain causal attention, the memory zeros where the window starts before the
+    stream, as the zero initial state), independently of the segment recurrence."""
+    if overrides["architecture"] == "supernet":
+        # argmax blocks: f a i f, one attention block
+        model = make_model(same_length=True, **overrides)
+        plain = make_model(same_length=False, **overrides)
+        for m in (model, plain):
+            for variable, choice in zip(m.arch_variables, [1, 0, 2, 1]):
+                variable.assign(np.eye(3, dtype="float32")[choice] * 2.0)
+    else:
+        model, plain = make_model(same_length=True, **overrides), make_model(**overrides)
+    if model.attention == "adaptive_span":
+        for m in (model, plain):  # z = 3.2, 4.8 (ramp 4) < M = 6: the span mask bites too
+            m.attention_layers[0].span.assign([0.2, 0.3])
+    mem_len, seq_len, length = 6, 4, 15
+    ids = token_ids(length, seed=4)
+    mems, got = model.initial_mems(B, mem_len), []
+    for start in range(0, length, seq_len):
+        hidden, mems = model(ids[:, start:start + seq_len], mems=mems, mem_len=mem_len)
+        got.append(hidden.numpy())
+    got = np.concatenate(got, axis=1)  # [B, L, D]
+    for p in range(length):
+        first = max(0, p - mem_len)
+        zeros = [tf.zeros([B, mem_len - (p - first), D])] * plain.num_mems
+        window, _ = plain(ids[:, first:p + 1], mems=zeros)
+        np.testing.assert_allclose(got[:, p], window[:, -1].numpy(), rtol=1e-5, atol=1e-5)
+    # ...which differs from attending to every key in memory (the test can fail).
+    mems, full = plain.initial_mems(B, mem_len), []
+    for start in range(0, length, seq_len):
+        hidden, mems = plain(ids[:, start:start + seq_len], mems=mems, mem_len=mem_len)
+        full.append(hidden.numpy())
+    assert np.abs(np.concatenate(full, axis=1) - got).max() > 1e-3
+
+
 def test_fixed_architecture_without_attention_has_no_memory():
     model = make_model(architecture="ffif")
     hidden, mems = model(token_ids(3), mems=model.initial_mems(B))

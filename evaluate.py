@@ -1,0 +1,138 @@
+r"""Evaluates a trained run on a whole split or a text file, every transition once.
+
+Works for every model family. A split is read back whole (its records and
+the tail the records leave out) and re-batched with the evaluation's own
+--batch_size and --seq_len; the model's state is carried across segments
+(serving/evaluation.py). Prints the token NLL, perplexity, word perplexity
+and bits per byte, and writes them with the tokens scored and the settings
+to a JSON file.
+
+Usage:
+    python3 evaluate.py --model_dir=runs/search                      # valid, best checkpoint
+    python3 evaluate.py --model_dir=runs/search --split=test --mem_len=64 --same_length
+    python3 evaluate.py --model_dir=runs/search --text_file=article.txt --batch_size=1
+
+Errors a user can cause end in one line `error: ...` on stderr and exit
+status 1, and nothing is written.
+"""
+
+import os
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+
+import pardata.quiet  # noqa: F401  (TensorFlow start-up noise; before TF is imported)
+from pardata.build import SPLITS  # no TensorFlow
+
+flags.DEFINE_string("model_dir", None, "Run directory written by train.py (config.json, "
+                    "checkpoints, best/).")
+flags.DEFINE_string("checkpoint", "best", "best (best on valid; the latest if the run was "
+                    "never evaluated), latest, or a checkpoint path (ckpt-<step> prefix, "
+                    "absolute or inside --model_dir).")
+flags.DEFINE_enum("split", None, SPLITS, "Split of the run's data to evaluate, all of it "
+                  "(the ids after the last record too); default valid unless --text_file.")
+flags.DEFINE_string("text_file", None, "Text file to evaluate instead of a split, tokenized "
+                    "with the run's tokenizer (UTF-8 for word and sentencepiece).")
+flags.DEFINE_string("data_dir", None, "Built data to read --split from; default: the run's "
+                    "data_dir (config.json). Must hold the run's tokenizer.")
+flags.DEFINE_integer("seq_len", None, "Segment length T (>= 1); default: the run's seq_len.")
+flags.DEFINE_integer("mem_len", None, "Memory positions carried between segments (>= 0); "
+                     "default: the run's eval_mem_len (its mem_len if that is 0).")
+flags.DEFINE_integer("batch_size", None, "Rows evaluated together (>= 1); default: the "
+                     "split's batch size in the data (a text file: the data's eval batch size).")
+flags.DEFINE_integer("clamp_len", None, "Transformer-XL only: clamp relative distances to "
+                     "this (<= 0: no clamping); default: the run's.")
+flags.DEFINE_boolean("same_length", None, "Transformer-XL only: every query attends to the "
+                     "same number of keys (memory length + 1), as Transformer-XL evaluates; "
+                     "default: the run's setting.")
+flags.DEFINE_string("output", None, "JSON file of the results (written atomically); default: "
+                    "<model_dir>/eval_<split>.json, or eval_text_<file name>.json for "
+                    "--text_file.")
+flags.DEFINE_float("progress_interval", 10.0, "Seconds between progress lines (with an "
+                   "ETA) on long evaluations.")
+
+FLAGS = flags.FLAGS
+
+
+class FlagError(ValueError):
+    """A flag value or combination the user has to fix."""
+
+
+def _check_flags():
+    """Checks that need no TensorFlow (so these errors come at once)."""
+    if not FLAGS.model_dir:
+        raise FlagError("--model_dir is required: the directory of a run trained with train.py")
+    if FLAGS.split is not None and FLAGS.text_file is not None:
+        raise FlagError("give either --split or --text_file, not both")
+    if FLAGS.text_file is not None and FLAGS.data_dir is not None:
+        raise FlagError("--data_dir selects the build of --split; a --text_file needs none")
+    for name, low in (("seq_len", 1), ("mem_len", 0), ("batch_size", 1)):
+        value = getattr(FLAGS, name)
+        if value is not None and value < low:
+            raise FlagError(f"--{name}={value} must be >= {low}")
+    if not FLAGS.progress_interval > 0:
+        raise FlagError(f"--progress_interval={FLAGS.progress_interval} must be > 0")
+
+
+def _format(result):
+    settings = ", ".join(f"{k} {str(v).lower() if isinstance(v, bool) else v}"
+                         for k, v in result["settings"].items())
+    source = result["source"].get("split") or result["source"]["text_file"]
+    step = "" if result["step"] is None else f", step {result['step']}"
+    tail = result["parts"]["tail"]["tokens"]
+    return (f"{source} of {result['model_dir']} ({result['checkpoint']}{step}): "
+            f"{result['tokens']} tokens ({tail} of them after the last full batch), "
+            f"{result['words']} words, {result['bytes']} bytes\n"
+            f"  nll {result['nll']:.4f}  perplexity {result['perplexity']:.3f}  "
+            f"word perplexity {result['word_perplexity']:.3f}  "
+            f"bits/byte {result['bits_per_byte']:.4f}\n"
+            f"  {settings}")
+
+
+def _evaluate():
+    split = FLAGS.split
+    if split is None and FLAGS.text_file is None:
+        split = "valid"
+    from serving import evaluation, generation
+
+    overrides = {name: getattr(FLAGS, name) for name in evaluation.MODEL_SETTINGS
+                 if getattr(FLAGS, name) is not None}
+    run = generation.load_run(FLAGS.model_dir, FLAGS.checkpoint, model_overrides=overrides)
+    output = FLAGS.output or evaluation.default_output(FLAGS.model_dir, split, FLAGS.text_file)
+    evaluation.check_output(output)  # before the evaluation, which may take long
+    result = evaluation.evaluate_run(
+        run, split=split, text_file=FLAGS.text_file, data_dir=FLAGS.data_dir,
+        seq_len=FLAGS.seq_len, mem_len=FLAGS.mem_len, batch_size=FLAGS.batch_size,
+        progress_interval=FLAGS.progress_interval)
+    evaluation.write_result(output, result)
+    print(_format(result))
+    print(f"wrote {output}")
+    logging.info("evaluated in %.1f s", result["seconds"])
+
+
+def main(argv):
+    if len(argv) > 1:
+        print(f"error: unexpected arguments {argv[1:]}; all options are --flags", file=sys.stderr)
+        return 1
+    try:
+        _check_flags()
+    except FlagError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    import data_utils
+    from serving.evaluation import EvaluationError
+    from serving.generation import GenerationError
+
+    try:
+        _evaluate()
+    except (FlagError, EvaluationError, GenerationError, data_utils.DataError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    app.run(main)
