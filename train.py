@@ -142,8 +142,10 @@ def define_flags(fv=flags.FLAGS):
     from_config("float", "tau_start", "Gumbel-softmax temperature at step 0.")
     from_config("float", "tau_end", "Temperature at the end of the annealing.")
     from_config("enum", "tau_schedule", "Temperature annealing.", c.TAU_SCHEDULES)
-    from_config("integer", "tau_anneal_steps", "Annealing length in steps (0: the whole run).")
-    from_config("integer", "arch_warmup_steps", "Steps before the architecture logits train.")
+    from_config("integer", "tau_anneal_steps", "Annealing length in steps (0: the whole run as "
+                "planned at its first start).")
+    from_config("integer", "arch_warmup_steps", "Steps before the architecture logits train "
+                "(at most 20% of the run's planned steps are used).")
     from_config("float", "arch_learning_rate", "Adam learning rate of the architecture logits.")
     from_config("float", "arch_weight_decay", "L2 weight decay of the architecture logits.")
     from_config("float", "arch_beta_1", "Adam beta_1 of the architecture optimizer.")
@@ -165,15 +167,19 @@ def define_flags(fv=flags.FLAGS):
     from_config("float", "clip_norm", "Global-norm clipping of the weight gradients (0: off).")
 
     group = "schedule"
-    from_config("enum", "lr_schedule", "Learning rate after the linear warmup.",
-                c.LR_SCHEDULES)
-    from_config("integer", "warmup_steps", "Linear warmup steps.")
-    from_config("integer", "decay_steps", "Step at which --min_lr is reached (0: the end).")
+    from_config("enum", "lr_schedule", "Learning rate after the linear warmup (inverse_sqrt: "
+                "peak * sqrt(warmup / step), Transformer-XL's).", c.LR_SCHEDULES)
+    from_config("integer", "warmup_steps", "Linear warmup steps (at most 10% of the run's "
+                "planned steps are used).")
+    from_config("integer", "decay_steps", "Step at which --min_lr is reached (0: the end "
+                "planned at the first start).")
     from_config("float", "min_lr", "Learning-rate floor.")
 
     group = "run length"
     from_config("integer", "epochs", "Passes over the training split (if --max_steps is 0).")
-    from_config("integer", "max_steps", "Total training steps (0: --epochs).")
+    from_config("integer", "max_steps", "Total training steps (0: --epochs). A resumed run "
+                "may change it (and --epochs): it stops elsewhere, the schedules stay as "
+                "planned at the first start.")
 
     group = "evaluation"
     from_config("integer", "eval_interval", "Evaluate on valid every this many steps (0: "
@@ -202,6 +208,9 @@ def define_flags(fv=flags.FLAGS):
     define("string", "tpu", "", "TPU name or address for --strategy=tpu.")
 
     group = "performance"
+    from_config("integer", "batch_split", "Gradient accumulation: run each replica's rows as "
+                "this many micro-batches of whole rows and apply one update (equal to the "
+                "unsplit step; less activation memory). Must divide the per-replica batch.")
     from_config("enum", "precision", "Keras dtype policy.", c.PRECISIONS)
     from_config("boolean", "xla", "jit-compile the forward and backward pass.")
     from_config("boolean", "deterministic", "TensorFlow op determinism (exact resume).")

@@ -12,8 +12,9 @@ A checkpoint (`model_dir/ckpt-<step>.*`, TF's own format, no pickle) holds:
 - `weights_optimizer`, `arch_optimizer`: Keras optimizer variables (moments,
   iteration counters, loss scale).
 - `state`: `TrainState` below: step, epoch, position in the training split,
-  the best validation NLL and its step, the partial sums of the current
-  logging interval, and the model's state (`memories`: the per-row state
+  the run's horizon (the total steps its schedules were planned for at the
+  first start), the best validation NLL and its step, the partial sums of the
+  current logging interval, and the model's state (`memories`: the per-row state
   tensors of the language-model interface, e.g. Transformer-XL memories or
   LSTM states). They are stored as *global* `[B, ...]` tensors (rows of all replicas, in replica order, see
   `training.strategy.gather_rows`) and split again on restore, so the replica
@@ -56,6 +57,9 @@ class TrainState(tf.Module):
         self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
         # Records of the training split consumed in the current epoch.
         self.data_position = tf.Variable(0, dtype=tf.int64, trainable=False, name="data_position")
+        # Total steps the schedules are planned for, fixed at the first start
+        # (0 in checkpoints written before it existed: not restored).
+        self.horizon = tf.Variable(0, dtype=tf.int64, trainable=False, name="horizon")
         self.best_valid_nll = tf.Variable(np.inf, dtype=tf.float64, trainable=False,
                                           name="best_valid_nll")
         self.best_step = tf.Variable(-1, dtype=tf.int64, trainable=False, name="best_step")
@@ -67,6 +71,28 @@ class TrainState(tf.Module):
             tf.Variable(tf.zeros(shape, memory_dtype), trainable=False, name=f"memory_{i}")
             for i, shape in enumerate(memory_shapes)
         ]
+
+
+HORIZON_KEY = "state/horizon/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def saved_horizon(model_dir):
+    """The horizon stored in model_dir's newest checkpoint.
+
+    Read before the trainer is built, so that a resumed run plans its
+    learning rate, temperature and warm-ups for the steps it started with.
+
+    Returns:
+        int > 0, or None when there is no checkpoint or it predates the
+        horizon.
+    """
+    path = tf.train.latest_checkpoint(model_dir)
+    if path is None:
+        return None
+    reader = tf.train.load_checkpoint(path)
+    if not reader.has_tensor(HORIZON_KEY):
+        return None
+    return int(reader.get_tensor(HORIZON_KEY)) or None
 
 
 class _VariableList(tf.Module):

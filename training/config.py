@@ -9,8 +9,16 @@ hyper-parameters live in the nested config of its model family
 
 Checks that need more than the config itself (the built data's meta.json,
 the number of replicas of the strategy, a previous run in `model_dir`) are
-the functions `check_data`, `check_replicas` and `check_resume`; each raises
-`ConfigError` before anything is written.
+the functions `check_data`, `check_replicas` (with `check_batch_split`) and
+`check_resume`; each raises `ConfigError` before anything is written.
+
+Run length and schedules: the learning-rate decay, the Gumbel temperature
+annealing and the warm-ups are planned for the run's *horizon*, its total
+steps at the first start (`total_steps`), which a resumed run keeps even when
+--max_steps/--epochs change how long it runs (training/trainer.py). The
+warm-ups are capped at a fraction of the horizon (`capped_warmup`):
+--warmup_steps at `WARMUP_FRACTION` (10%) and --arch_warmup_steps at 20%
+(training/plugins/par_search.py), so a short run still warms up, then trains.
 """
 
 import dataclasses
@@ -28,16 +36,18 @@ PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 OPTIMIZERS = tuple(_OPTIMIZER_TABLE)
 # Kept equal to training.schedules.LR_SCHEDULES / TAU_SCHEDULES (a test checks
 # it) so that validating flags does not have to import TensorFlow.
-LR_SCHEDULES = ("cosine", "linear", "constant")
+LR_SCHEDULES = ("cosine", "linear", "constant", "inverse_sqrt")
 TAU_SCHEDULES = ("exponential", "linear")
 SPLITS = ("train", "valid", "test")
+# The learning-rate warm-up is at most this fraction of the planned steps.
+WARMUP_FRACTION = 0.1
 
 # Fields that may change when a run is resumed: how long it runs, how often it
 # evaluates, saves and logs. Everything else must match the saved config.
 RESUMABLE_FIELDS = frozenset({
     "epochs", "max_steps", "eval_interval", "eval_max_records", "eval_mem_len",
     "sample_tokens", "checkpoint_interval", "keep_checkpoints", "log_interval",
-    "logdir",
+    "logdir", "batch_split",
 })
 
 
@@ -56,13 +66,19 @@ class TrainConfig:
         model_family: name of the model family (model/families.py).
         preset: name of the model preset the model fields started from.
         batch_size: global batch B (rows of the context-batched data).
+        batch_split: gradient accumulation: each replica runs its B/R rows as
+            this many micro-batches of B/(R*batch_split) consecutive rows (each
+            with its own rows of the model state) and the step applies one
+            update from the summed gradients, equal to the unsplit step's.
+            Must divide the per-replica batch B/R.
         seq_len: segment length T of the built data.
         eval_mem_len: memory length at evaluation (>= 0).
         tau_start: Gumbel-softmax temperature at step 0.
         tau_end: temperature from tau_anneal_steps on.
         tau_schedule: "exponential" or "linear" annealing.
         tau_anneal_steps: annealing length; 0 = the whole run.
-        arch_warmup_steps: steps before the architecture logits are updated.
+        arch_warmup_steps: steps before the architecture logits are updated;
+            a cap: at most 20% of the run's planned steps are used.
         arch_learning_rate: Adam learning rate of the architecture logits
             (1e-2 as in PAR and FBNet).
         arch_weight_decay: L2 coefficient added to the architecture gradients
@@ -83,9 +99,12 @@ class TrainConfig:
         beta_2: Adam beta_2 of the weights optimizer.
         epsilon: Adam epsilon of both optimizers.
         clip_norm: global-norm clipping of the weight gradients (0 = off).
-        lr_schedule: "cosine", "linear" or "constant" after the warmup.
-        warmup_steps: linear warmup length.
-        decay_steps: step at which min_lr is reached; 0 = the whole run.
+        lr_schedule: "cosine", "linear", "constant" or "inverse_sqrt" after
+            the warmup (training/schedules.py).
+        warmup_steps: linear warmup length; a cap: at most WARMUP_FRACTION
+            (10%) of the run's planned steps are used.
+        decay_steps: step at which min_lr is reached; 0 = the run's planned
+            steps (fixed at the first start).
         min_lr: learning-rate floor.
         epochs: passes over the training split (used when max_steps is 0).
         max_steps: total steps; 0 = epochs * records of the training split.
@@ -111,6 +130,7 @@ class TrainConfig:
     model_family: str = families.DEFAULT_FAMILY
     preset: str = "wt2_base"
     batch_size: int = 32
+    batch_split: int = 1
     seq_len: int = 32
     eval_mem_len: int = 16
     # Architecture search.
@@ -201,6 +221,11 @@ class TrainConfig:
         require(bool(self.model_dir), "model_dir", "give a directory for checkpoints")
         for flag in ("batch_size", "seq_len"):
             require(getattr(self, flag) >= 1, flag, "must be >= 1")
+        require(self.batch_split >= 1, "batch_split",
+                "must be >= 1 (1 = no gradient accumulation)")
+        require(self.batch_size % self.batch_split == 0, "batch_split",
+                f"must divide --batch_size={self.batch_size} (micro-batches of whole rows): "
+                f"use one of {_divisors(self.batch_size)}")
         require(self.eval_mem_len >= 0, "eval_mem_len",
                 "must be >= 0 (0 evaluates without memory)")
         require(self.tau_start > 0, "tau_start", "must be > 0")
@@ -280,6 +305,39 @@ def total_steps(config, train_records):
     return config.max_steps or config.epochs * train_records
 
 
+def capped_warmup(steps, horizon, fraction):
+    """A warm-up length capped at `fraction` of the planned steps.
+
+    `min(steps, floor(fraction * horizon))`: the flag value is a cap, so a
+    run shorter than the warm-up it asks for still warms up, then trains.
+
+    Args:
+        steps: the requested warm-up (--warmup_steps, --arch_warmup_steps).
+        horizon: the run's planned total steps.
+        fraction: largest share of the horizon spent warming up.
+    """
+    return min(int(steps), int(fraction * horizon))
+
+
+def _divisors(n):
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def check_batch_split(config, rows_per_replica, num_replicas=1):
+    """Checks that --batch_split divides the rows of each replica.
+
+    Raises:
+        ConfigError: naming --batch_split and the values that would work.
+    """
+    if rows_per_replica % config.batch_split:
+        where = (f"the {rows_per_replica} rows of each of the {num_replicas} replicas "
+                 f"(--batch_size={rows_per_replica * num_replicas})" if num_replicas > 1 else
+                 f"--batch_size={rows_per_replica}")
+        raise ConfigError(
+            f"--batch_split={config.batch_split} does not divide {where}: micro-batches "
+            f"are whole rows of one replica; use one of {_divisors(rows_per_replica)}")
+
+
 def check_data(config, meta):
     """Checks the config against the built data's meta.json.
 
@@ -319,10 +377,12 @@ def check_data(config, meta):
 
 
 def check_replicas(config, meta, num_replicas):
-    """Checks that every split's batch splits evenly over the replicas.
+    """Checks that every split's batch splits evenly over the replicas, and the
+    training batch of each replica into --batch_split micro-batches.
 
     Raises:
-        ConfigError: naming --strategy / --num_cpu_replicas and the fix.
+        ConfigError: naming --strategy / --num_cpu_replicas / --batch_split and
+            the fix.
     """
     for split in SPLITS:
         batch = meta["splits"][split].get("batch_size", meta["batch_size"])
@@ -334,6 +394,8 @@ def check_replicas(config, meta, num_replicas):
                    if config.num_cpu_replicas else "")
                 + ": use a replica count that divides it or rebuild the data with "
                 "build_data.py --batch_size")
+    train_batch = meta["splits"]["train"].get("batch_size", meta["batch_size"])
+    check_batch_split(config, train_batch // num_replicas, num_replicas)
 
 
 def incompatible_fields(old, new):

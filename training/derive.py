@@ -12,6 +12,7 @@ architecture back from a string, a run directory or a file, for
 import json
 import os
 
+from absl import logging
 import numpy as np
 
 from model import flops
@@ -20,6 +21,34 @@ from model.config import ARCHITECTURE_LETTERS
 ARCHITECTURE_JSON = "architecture.json"
 ARCHITECTURE_TXT = "architecture.txt"
 _NAMES = {"a": "attention", "f": "dense", "i": "identity"}
+# Probabilities all this close to uniform carry no search result.
+UNIFORM_TOLERANCE = 1e-3
+# First line of architecture.txt for a derivation from untrained logits
+# (lines starting with "#" are comments to `read_architecture`).
+UNTRAINED_HEADER = "# WARNING: untrained architecture logits, not a search result:"
+
+
+def untrained_reason(arch_probs, updates):
+    """Why the probabilities carry no search result, or None when they do.
+
+    Args:
+        arch_probs: [num_blocks, C] architecture probabilities.
+        updates: updates the architecture optimizer applied.
+
+    Returns:
+        None (trained) or a sentence: the optimizer never applied an update,
+        or every probability is within UNIFORM_TOLERANCE of 1/C (the argmax
+        is then a tie broken by candidate order).
+    """
+    probs = np.asarray(arch_probs, dtype=np.float64)
+    if updates == 0:
+        return ("the architecture optimizer never applied an update (is --arch_warmup_steps "
+                "as long as the run?)")
+    deviation = float(np.max(np.abs(probs - 1.0 / probs.shape[-1])))
+    if deviation <= UNIFORM_TOLERANCE:
+        return (f"every probability is within {deviation:.1e} of uniform after {updates} "
+                "architecture updates (train longer or raise --arch_learning_rate)")
+    return None
 
 
 def architecture_from_probs(arch_probs):
@@ -40,7 +69,8 @@ def architecture_from_probs(arch_probs):
     return "".join(ARCHITECTURE_LETTERS[i] for i in np.argmax(probs, axis=1))
 
 
-def derivation_report(model_config, arch_probs, seq_len, mem_len, batch_size=None, **flops_kwargs):
+def derivation_report(model_config, arch_probs, seq_len, mem_len, batch_size=None,
+                      untrained=None, **flops_kwargs):
     """Describes the architecture derived from the supernet's probabilities.
 
     Args:
@@ -49,6 +79,8 @@ def derivation_report(model_config, arch_probs, seq_len, mem_len, batch_size=Non
         seq_len: segment length T the FLOPs are counted for.
         mem_len: memory length M the FLOPs are counted for.
         batch_size: optional batch size (amortises the position projection).
+        untrained: None, or why the probabilities are untrained
+            (`untrained_reason`).
         **flops_kwargs: passed to `model.flops.forward_flops_per_token`
             (`cluster_mass`, `spans`).
 
@@ -68,6 +100,8 @@ def derivation_report(model_config, arch_probs, seq_len, mem_len, batch_size=Non
                 in attention blocks.
             params, transformer_xl_params: parameter counts.
             seq_len, mem_len, batch_size: what the FLOPs were counted for.
+            untrained: True when derived from untrained logits (then
+                untrained_reason says why), else False.
         The Transformer-XL fields are None when num_blocks is odd (no
         Transformer-XL has that many blocks).
 
@@ -99,7 +133,10 @@ def derivation_report(model_config, arch_probs, seq_len, mem_len, batch_size=Non
         "seq_len": int(seq_len),
         "mem_len": int(mem_len),
         "batch_size": None if batch_size is None else int(batch_size),
+        "untrained": bool(untrained),
     }
+    if untrained:
+        report["untrained_reason"] = str(untrained)
     if model_config.num_blocks % 2 == 0:
         reference = "af" * (model_config.num_blocks // 2)
         base = flops.forward_flops_per_token(
@@ -122,6 +159,9 @@ def _write_atomic(path, text):
 def write_derivation(model_dir, report):
     """Writes `architecture.json` (the report) and `architecture.txt` (the string).
 
+    For an untrained report, architecture.txt starts with a comment line
+    (UNTRAINED_HEADER and the reason) before the string.
+
     Args:
         model_dir: run directory (created if missing).
         report: dict from `derivation_report`.
@@ -135,7 +175,10 @@ def write_derivation(model_dir, report):
     json_path = os.path.join(model_dir, ARCHITECTURE_JSON)
     txt_path = os.path.join(model_dir, ARCHITECTURE_TXT)
     _write_atomic(json_path, json.dumps(report, indent=2, sort_keys=True) + "\n")
-    _write_atomic(txt_path, arch + "\n")
+    header = ""
+    if report.get("untrained"):
+        header = f"{UNTRAINED_HEADER} {report.get('untrained_reason', '')}".rstrip() + "\n"
+    _write_atomic(txt_path, header + arch + "\n")
     return json_path, txt_path
 
 
@@ -160,7 +203,24 @@ def _read_json(path):
         raise ValueError(f"{path} is not valid JSON: {err}") from err
     if not isinstance(data, dict) or "architecture" not in data:
         raise ValueError(f"{path} has no 'architecture' key (write it with write_derivation)")
+    if data.get("untrained"):
+        _warn_untrained(path, data.get("untrained_reason", ""))
     return _check_string(data["architecture"], f"'architecture' in {path}")
+
+
+def _read_text(path):
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    comments = [line for line in lines if line.lstrip().startswith("#")]
+    if any(line.lstrip().startswith(UNTRAINED_HEADER) for line in comments):
+        _warn_untrained(path, "")
+    text = "\n".join(line for line in lines if not line.lstrip().startswith("#"))
+    return _check_string(text, f"the content of {path}")
+
+
+def _warn_untrained(path, reason):
+    logging.warning("%s was derived from untrained architecture logits%s: it is not a search "
+                    "result", path, f" ({reason})" if reason else "")
 
 
 def read_architecture(value, num_blocks=None):
@@ -170,7 +230,8 @@ def read_architecture(value, num_blocks=None):
         value: an a/f/i string such as "aafaff"; a run directory holding
             `architecture.json` (or `architecture.txt`) written at the end of a
             search; or a path to such a .json file or a text file holding the
-            string.
+            string (lines starting with "#" are comments). An architecture
+            flagged as untrained is returned with a warning.
         num_blocks: if given, the string must have this many letters.
 
     Returns:
@@ -191,7 +252,7 @@ def read_architecture(value, num_blocks=None):
         if os.path.isfile(json_path):
             arch = _read_json(json_path)
         elif os.path.isfile(txt_path):
-            arch = read_architecture(txt_path)
+            arch = _read_text(txt_path)
         else:
             raise FileNotFoundError(
                 f"{value} holds no {ARCHITECTURE_JSON}: a supernet search writes it when it "
@@ -201,8 +262,7 @@ def read_architecture(value, num_blocks=None):
         if value.endswith(".json"):
             arch = _read_json(value)
         else:
-            with open(value, encoding="utf-8") as f:
-                arch = _check_string(f.read(), f"the content of {value}")
+            arch = _read_text(value)
     elif os.sep in value or value.endswith((".json", ".txt")):
         raise FileNotFoundError(f"architecture path {value} does not exist")
     else:

@@ -4,7 +4,9 @@
 `_Run` feeds the training split to `Trainer.train_step` (training/trainer.py,
 which documents the step), logs, evaluates, saves checkpoints and writes
 metrics.json. Epochs start from fresh memories; a run resumes from the exact
-data position of its latest checkpoint.
+data position of its latest checkpoint, with the schedules planned at its
+first start (--max_steps/--epochs may change how long it runs, not the
+learning-rate or temperature curves).
 """
 
 import contextlib
@@ -165,8 +167,10 @@ def train(config, callbacks=None, *, strategy=None, overwrite=False):
             config.save()
             _copy_tokenizer(config.data_dir, meta, config.model_dir)
         policy = keras.mixed_precision.global_policy()
+        # A resumed run keeps the horizon it started with (lr, tau, warm-ups).
+        horizon = checkpoint_lib.saved_horizon(config.model_dir) if resume else None
         try:
-            trainer = Trainer(config, meta, strategy, tokenizer)
+            trainer = Trainer(config, meta, strategy, tokenizer, horizon=horizon)
             return _Run(trainer, logdir, chief, callbacks, resume).run()
         finally:
             keras.mixed_precision.set_global_policy(policy)

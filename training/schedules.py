@@ -4,7 +4,9 @@ Learning rate: a linear warmup from 0 to `peak_lr` over `warmup_steps`, then a
 decay (cosine, linear or none) that reaches `min_lr` at `decay_steps` (the
 total number of steps, warmup included) and stays there: a run that goes on
 past its planned length never sees the learning rate rise again, unlike a
-periodic cosine.
+periodic cosine. Or, after the same warmup, the inverse square root decay of
+Transformer-XL (`peak_lr * sqrt(warmup_steps / step)`, floored at `min_lr`),
+which has no end.
 
 Temperature: `tau_at` anneals the Gumbel-softmax temperature of the PAR
 supernet (Mandava et al. 2020, arXiv 2009.04534) from `tau_start` to `tau_end`,
@@ -17,7 +19,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-LR_SCHEDULES = ("cosine", "linear", "constant")
+LR_SCHEDULES = ("cosine", "linear", "constant", "inverse_sqrt")
 TAU_SCHEDULES = ("exponential", "linear")
 
 
@@ -126,10 +128,37 @@ class WarmupConstantSchedule(_WarmupDecaySchedule):
         return tf.ones_like(progress)
 
 
+@keras.saving.register_keras_serializable(package="par")
+class WarmupInverseSqrtSchedule(_WarmupDecaySchedule):
+    """Linear warmup to `peak_lr`, then inverse square root decay (Transformer-XL).
+
+    `lr(s) = peak_lr * s / warmup_steps` for `s < warmup_steps`;
+    `lr(s) = max(min_lr, peak_lr * sqrt(max(warmup_steps, 1) / max(s, 1)))`
+    from `warmup_steps` on. This is the reference Transformer-XL's
+    `--scheduler inv_sqrt` (its factor `s / warmup^1.5`, then `1 / sqrt(s)`)
+    scaled so that the rate at the end of the warmup is `peak_lr`; with no
+    warmup it is `peak_lr / sqrt(max(s, 1))`. The decay has no end:
+    `decay_steps` only has to be >= `warmup_steps`.
+
+    Same arguments as `WarmupCosineSchedule`.
+    """
+
+    def __call__(self, step):
+        with tf.name_scope(self.name):
+            step = tf.cast(step, tf.float32)
+            peak = tf.constant(self.peak_lr, tf.float32)
+            warmup = float(self.warmup_steps)
+            warm_lr = peak * step / max(warmup, 1.0)
+            decay_lr = peak * tf.sqrt(max(warmup, 1.0) / tf.maximum(step, 1.0))
+            decay_lr = tf.maximum(decay_lr, tf.constant(self.min_lr, tf.float32))
+            return tf.where(step < warmup, warm_lr, decay_lr)
+
+
 _SCHEDULE_CLASSES = {
     "cosine": WarmupCosineSchedule,
     "linear": WarmupLinearSchedule,
     "constant": WarmupConstantSchedule,
+    "inverse_sqrt": WarmupInverseSqrtSchedule,
 }
 
 
@@ -137,10 +166,12 @@ def make_lr_schedule(kind, peak_lr, warmup_steps, decay_steps, min_lr=0.0):
     """Builds the learning-rate schedule named by `kind`.
 
     Args:
-        kind: "cosine", "linear" or "constant"; all start with a linear warmup.
+        kind: "cosine", "linear", "constant" or "inverse_sqrt"; all start
+            with a linear warmup.
         peak_lr: learning rate at the end of warmup.
         warmup_steps: warmup length in steps.
-        decay_steps: total steps (warmup included) at which `min_lr` is reached.
+        decay_steps: total steps (warmup included) at which `min_lr` is
+            reached (ignored by "inverse_sqrt", which decays for ever).
         min_lr: floor after the decay; ignored by "constant", which holds
             `peak_lr` after warmup.
 

@@ -16,6 +16,15 @@ The step (`Trainer.train_step`), with R replicas and the global batch [B, T]:
    `loss_r = sum(token_nll_r) / (B*T) + sum(extra_losses) / R`, so that the
    sum over replicas is the mean token NLL of the global batch plus the extra
    losses counted once, and the gradients of every optimizer group.
+   With `batch_split=K` (gradient accumulation) the replica runs its rows as
+   K micro-batches of B/(R*K) consecutive rows, each with its own rows of the
+   model state, one after another in a `tf.while_loop` (one iteration at a
+   time, so only one micro-batch's activations are alive). Micro-batch k
+   contributes `sum(token_nll_k) / (B*T) + sum(extra_losses_k) / (R*K)` and
+   the gradients are summed: the token term adds up to the unsplit one
+   exactly, and the extra losses, each a row mean or independent of the
+   rows, are counted once. The new state is the micro-batches' new rows in
+   order, so checkpoints do not depend on K.
 3. The gradients are summed over replicas once (`all_reduce`), so every
    replica holds the gradient of the global loss. Each group's gradients are
    clipped to its `clip_norm` by their global norm (the weights: --clip_norm;
@@ -31,6 +40,11 @@ The step (`Trainer.train_step`), with R replicas and the global batch [B, T]:
 
 The learning rate and the plug-ins' schedules are functions of the index of
 the step being taken (0 for the first step), read from `TrainState.step`.
+They are planned for the run's horizon: its total steps at the first start,
+saved in the checkpoints (`TrainState.horizon`), so a run resumed with
+another --max_steps/--epochs keeps its learning rate and temperature curves
+and only stops earlier or later. The learning-rate warm-up is
+`min(--warmup_steps, 10% of the horizon)` (`training.config.capped_warmup`).
 """
 
 import time
@@ -45,7 +59,7 @@ from model.interface import WEIGHTS_GROUP, check_model
 from training import checkpoint as checkpoint_lib
 from training import metrics, optimizers, plugins, schedules
 from training import strategy as strategy_lib
-from training.config import total_steps
+from training.config import WARMUP_FRACTION, capped_warmup, check_batch_split, total_steps
 
 
 EVAL_PROGRESS_SECONDS = 10.0  # a progress line at most this often during evaluation
@@ -75,29 +89,43 @@ class Trainer:
         meta: meta.json of the data.
         strategy: tf.distribute strategy (created before any TF op).
         tokenizer: the data's tokenizer (for the text sample), or None.
+        horizon: total steps the schedules are planned for; None: this
+            config's total steps (a fresh run). A resumed run passes the
+            horizon of its checkpoint (`checkpoint.saved_horizon`).
     """
 
-    def __init__(self, config, meta, strategy, tokenizer=None):
+    def __init__(self, config, meta, strategy, tokenizer=None, horizon=None):
         self.config = config
         self.meta = meta
         self.strategy = strategy
         self.tokenizer = tokenizer
         self.replicas = strategy.num_replicas_in_sync
         self.total_steps = total_steps(config, meta["splits"]["train"]["records"])
+        self.horizon = int(horizon or self.total_steps)
         self.batch_size = meta["splits"]["train"]["batch_size"]
+        self.batch_split = config.batch_split
+        check_batch_split(config, self.batch_size // self.replicas, self.replicas)
         self._global_tokens = float(self.batch_size * config.seq_len)
         keras.mixed_precision.set_global_policy(config.precision)
         keras.utils.set_random_seed(config.model.seed)
+        self.warmup_steps = capped_warmup(config.warmup_steps, self.horizon, WARMUP_FRACTION)
         self.lr_schedule = schedules.make_lr_schedule(
-            config.lr_schedule, config.learning_rate, config.warmup_steps,
-            config.decay_steps or max(self.total_steps, config.warmup_steps), config.min_lr)
+            config.lr_schedule, config.learning_rate, self.warmup_steps,
+            config.decay_steps or max(self.horizon, self.warmup_steps), config.min_lr)
+        logging.info(
+            "schedules planned for %d steps%s; learning-rate warm-up %d steps (--warmup_steps=%d,"
+            " at most %d%% of them)", self.horizon,
+            "" if self.horizon == self.total_steps else
+            f" (fixed at the first start; this run stops at step {self.total_steps})",
+            self.warmup_steps, config.warmup_steps, round(100 * WARMUP_FRACTION))
 
         with strategy.scope():
             self.model = check_model(build_model(config.model))
-        self.plugins = plugins.make_plugins(self.model, config, self.total_steps)
+        self.plugins = plugins.make_plugins(self.model, config, self.horizon)
         state_shapes = [s.shape for s in self.model.initial_state(self.batch_size)]
         # Host variables (outside the scope): never mirrored.
         self.state = checkpoint_lib.TrainState(state_shapes, self.model.compute_dtype)
+        self.state.horizon.assign(self.horizon)
         with strategy.scope():
             self.groups = self._make_groups()
         self._check_groups()
@@ -183,9 +211,20 @@ class Trainer:
         return strategy_lib.gather_rows(self.strategy, list(self.model_state))
 
     def restore(self):
-        """Restores the latest checkpoint (model state included); returns its step or None."""
+        """Restores the latest checkpoint (model state included); returns its step or None.
+
+        Raises:
+            ValueError: the checkpoint's horizon differs from this trainer's
+                (create it with `horizon=checkpoint.saved_horizon(model_dir)`).
+        """
         step = self.checkpointer.restore_latest()
         if step is not None:
+            saved = int(self.state.horizon.numpy())
+            if saved != self.horizon:
+                raise ValueError(
+                    f"the checkpoint's schedules are planned for {saved} steps, this trainer's "
+                    f"for {self.horizon}: create the Trainer with horizon="
+                    "training.checkpoint.saved_horizon(model_dir)")
             self.model_state = strategy_lib.distribute_rows(
                 self.strategy, [tf.convert_to_tensor(m) for m in self.state.memories])
         return step
@@ -197,6 +236,7 @@ class Trainer:
     # -------------------------------------------------------------------- step
 
     def _replica_forward_backward(self, inputs, targets, model_state):
+        """Loss, NLL sum, gradients and new state of one (micro-)batch of rows."""
         model = self.model
         variables = self._variables
         with tf.GradientTape() as tape:
@@ -207,7 +247,8 @@ class Trainer:
             for plugin in self.plugins:
                 extra.extend(plugin.extra_losses())
             if extra:
-                loss += tf.add_n([tf.cast(x, tf.float32) for x in extra]) / self.replicas
+                loss += tf.add_n([tf.cast(x, tf.float32) for x in extra]) / (
+                    self.replicas * self.batch_split)
             scaled = self._loss_scale.scale_loss(loss) if self._loss_scale else loss
         grads = tape.gradient(scaled, variables)
         missing = [v.path for v, g in zip(variables, grads) if g is None]
@@ -217,8 +258,50 @@ class Trainer:
                  for g, v in zip(grads, variables)]
         return loss, nll_sum, grads, new_state
 
+    def _replica_gradients(self, inputs, targets, model_state):
+        """`_forward_backward` over this replica's rows in `batch_split` micro-batches.
+
+        A `tf.while_loop` with `parallel_iterations=1` runs micro-batch k+1
+        after micro-batch k has finished (its activations are freed), and its
+        body is traced once whatever K is. Micro-batch k is rows
+        [k*m, (k+1)*m), m = rows / K, of the inputs, targets and state.
+
+        Returns:
+            (loss, nll_sum, gradients, new_state) summed over the micro-batches.
+        """
+        k = self.batch_split
+        if k == 1:
+            return self._forward_backward(inputs, targets, model_state)
+        rows = int(inputs.shape[0]) // k
+
+        def split(x):  # [k*m, ...] -> [k, m, ...]
+            return tf.reshape(x, [k, rows] + x.shape[1:].as_list())
+
+        inputs, targets = split(inputs), split(targets)
+        model_state = [split(s) for s in model_state]
+        variables = self._variables
+
+        def body(i, loss, nll_sum, grads, new_state):
+            micro_loss, micro_nll, micro_grads, micro_state = self._forward_backward(
+                inputs[i], targets[i], [s[i] for s in model_state])
+            return (i + 1, loss + micro_loss, nll_sum + micro_nll,
+                    # Some gradients (trimmed adaptive spans) lose their
+                    # static shape; the loop needs it.
+                    [tf.ensure_shape(a + g, a.shape) for a, g in zip(grads, micro_grads)],
+                    [t.write(i, s) for t, s in zip(new_state, micro_state)])
+
+        start = (tf.constant(0), tf.constant(0.0), tf.constant(0.0),
+                 [tf.zeros(v.shape, v.dtype) for v in variables],
+                 [tf.TensorArray(s.dtype, size=k, element_shape=s.shape[1:])
+                  for s in model_state])
+        _, loss, nll_sum, grads, new_state = tf.while_loop(
+            lambda i, *_: i < k, body, start, parallel_iterations=1, maximum_iterations=k)
+        new_state = [tf.reshape(t.stack(), [k * rows] + s.shape[2:].as_list())
+                     for t, s in zip(new_state, model_state)]
+        return loss, nll_sum, grads, new_state
+
     def _replica_step(self, inputs, targets, model_state):
-        loss, nll_sum, grads, new_state = self._forward_backward(inputs, targets, model_state)
+        loss, nll_sum, grads, new_state = self._replica_gradients(inputs, targets, model_state)
         if self.replicas > 1:
             context = tf.distribute.get_replica_context()
             reduced = context.all_reduce(tf.distribute.ReduceOp.SUM, [loss, nll_sum] + grads)

@@ -8,9 +8,11 @@ import pytest
 from model import flops
 from model.config import ModelConfig
 from training.derive import (
+    UNTRAINED_HEADER,
     architecture_from_probs,
     derivation_report,
     read_architecture,
+    untrained_reason,
     write_derivation,
 )
 
@@ -97,3 +99,32 @@ def test_read_errors(tmp_path):
         read_architecture(bad_json)
     with pytest.raises(ValueError, match="not an architecture string"):
         write_derivation(tmp_path, {"architecture": "xyz"})
+
+
+def test_untrained_reason():
+    uniform = np.full((6, 3), 1 / 3)
+    assert "never applied an update" in untrained_reason(PROBS, updates=0)
+    assert "within" in untrained_reason(uniform, updates=50)
+    near = uniform + np.array([9e-4, -9e-4, 0.0])  # every probability within 1e-3
+    assert "uniform" in untrained_reason(near, updates=50)
+    moved = uniform + np.array([2e-3, -2e-3, 0.0])
+    assert untrained_reason(moved, updates=50) is None
+    assert untrained_reason(PROBS, updates=1) is None
+
+
+def test_untrained_report_is_flagged_on_disk(tmp_path):
+    trained = derivation_report(CONFIG, PROBS, seq_len=4, mem_len=4)
+    assert trained["untrained"] is False and "untrained_reason" not in trained
+    reason = untrained_reason(np.full((6, 3), 1 / 3), updates=0)
+    report = derivation_report(CONFIG, np.full((6, 3), 1 / 3), seq_len=4, mem_len=4,
+                               untrained=reason)
+    assert report["untrained"] is True and report["untrained_reason"] == reason
+    json_path, txt_path = write_derivation(tmp_path / "run", report)
+    lines = open(txt_path, encoding="utf-8").read().splitlines()
+    assert lines == [f"{UNTRAINED_HEADER} {reason}", "aaaaaa"]
+    assert json.loads(open(json_path).read())["untrained"] is True
+    # Both files still read back (comment lines are skipped).
+    assert read_architecture(json_path) == read_architecture(txt_path) == "aaaaaa"
+    commented = tmp_path / "commented.txt"
+    commented.write_text("# my note\nafaf\n")
+    assert read_architecture(commented) == "afaf"

@@ -28,9 +28,11 @@ _FAMILY_FLAGS = {
                 "--optimizer=lamb"],
 }
 
-# Child: the same global batches through `default` and `mirrored` (2 replicas)
-# trainers that start from identical weights. Prints what to compare as JSON
-# and saves the default trainer's final weights for the multi-worker test.
+# Child: the same global batches through `default`, `mirrored` (2 replicas)
+# and mirrored with --batch_split=2 (gradient accumulation over micro-batches
+# of one row per replica) trainers that start from identical weights. Prints
+# what to compare as JSON and saves the default trainer's final weights for
+# the multi-worker test.
 _MIRRORED_CHILD = r"""
 import json, sys
 from training.strategy import make_strategy
@@ -50,24 +52,35 @@ config, _ = train_cli.config_from_flags(fv)
 meta = data_utils.load_meta(data_dir)
 one = Trainer(config, meta, tf.distribute.get_strategy())
 two = Trainer(config.replace(strategy="mirrored", num_cpu_replicas=2), meta, mirrored)
-for a, b in zip(two.model.variables, one.model.variables):
-    a.assign(b)
+split = Trainer(config.replace(strategy="mirrored", num_cpu_replicas=2, batch_split=2), meta,
+                mirrored)
+for other in (two, split):
+    for a, b in zip(other.model.variables, one.model.variables):
+        a.assign(b)
 
 def arrays(variables):
     return [np.asarray(v, dtype=np.float64) for v in variables]
 
+def pairs(other):
+    return {
+        "weights": (arrays(one.model.variables), arrays(other.model.variables)),
+        "optimizer": (arrays([v for o in one.optimizers.values() for v in o.variables]),
+                      arrays([v for o in other.optimizers.values() for v in o.variables])),
+        "memory": (arrays(one.global_state()), arrays(other.global_state())),
+    }
+
 report = {"replicas": two.replicas, "steps": []}
 for inputs, targets in data_utils.make_dataset(data_dir, "train", meta=meta).take(config.max_steps):
     a, b = one.train_step(inputs, targets), two.train_step(inputs, targets)
-    pairs = {
-        "weights": (arrays(one.model.variables), arrays(two.model.variables)),
-        "optimizer": (arrays([v for o in one.optimizers.values() for v in o.variables]),
-                      arrays([v for o in two.optimizers.values() for v in o.variables])),
-        "memory": (arrays(one.global_state()), arrays(two.global_state())),
-    }
-    diffs = {k: max(float(np.max(np.abs(x - y))) for x, y in zip(*v)) for k, v in pairs.items()}
-    scale = {k: max(float(np.max(np.abs(x))) for x in v[0]) for k, v in pairs.items()}
-    report["steps"].append({"one": a, "two": b, "diff": diffs, "scale": scale})
+    c = split.train_step(inputs, targets)
+    row = {"one": a, "two": b, "split": c}
+    for name, other in (("", two), ("split_", split)):
+        compared = pairs(other)
+        row[name + "diff"] = {k: max(float(np.max(np.abs(x - y))) for x, y in zip(*v))
+                              for k, v in compared.items()}
+        row[name + "scale"] = {k: max(float(np.max(np.abs(x))) for x in v[0])
+                               for k, v in compared.items()}
+    report["steps"].append(row)
 report["valid"] = [one.evaluate("valid", 6)["nll"], two.evaluate("valid", 6)["nll"]]
 np.savez(weights_file, *[np.asarray(v) for v in one.model.variables])
 print("REPORT " + json.dumps(report))
@@ -127,6 +140,20 @@ def test_mirrored_two_cpu_replicas_equals_default(distributed_runs):
         for key, diff in step["diff"].items():
             assert diff <= 1e-5 * max(step["scale"][key], 1.0), (key, diff)
     assert report["valid"][1] == pytest.approx(report["valid"][0], rel=1e-6)
+
+
+@pytest.mark.slow
+def test_mirrored_with_batch_split_equals_default(distributed_runs):
+    """Two replicas, each running its 2 rows as 2 micro-batches of one row."""
+    report, _, _ = distributed_runs
+    for step in report["steps"]:
+        one, split = step["one"], step["split"]
+        for key in [k for k in one if k in ("loss", "nll") or k.endswith("grad_norm")]:
+            tolerance = dict(abs=1e-6) if key == "arch_grad_norm" else {}
+            assert split[key] == pytest.approx(one[key], rel=1e-5, **tolerance), key
+        assert split["finite"]
+        for key, diff in step["split_diff"].items():
+            assert diff <= 1e-5 * max(step["split_scale"][key], 1.0), (key, diff)
 
 
 @pytest.mark.slow

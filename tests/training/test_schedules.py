@@ -62,6 +62,41 @@ def test_linear_and_constant_kinds():
     assert isinstance(make_lr_schedule("cosine", 1.0, 1, 2), WarmupCosineSchedule)
 
 
+def test_inverse_sqrt_matches_formula():
+    s = make_lr_schedule("inverse_sqrt", 2e-3, 100, 100, 0.0)
+    assert isinstance(s, schedules.WarmupInverseSqrtSchedule)
+    assert lr(s, 0) == 0.0
+    assert lr(s, 40) == pytest.approx(2e-3 * 40 / 100, rel=1e-6)
+    assert lr(s, 100) == pytest.approx(2e-3, rel=1e-6)  # the peak ends the warmup
+    for step in (101, 150, 400, 10_000, 10**7):
+        assert lr(s, step) == pytest.approx(2e-3 * math.sqrt(100 / step), rel=1e-5), step
+    # Transformer-XL's inv_sqrt factor (s / w^1.5 up to w, then 1 / sqrt(s)),
+    # rescaled by sqrt(w) so that the peak is 2e-3.
+    for step in (10, 99, 100, 2500):
+        factor = step / 100**1.5 if step <= 100 else 1 / math.sqrt(step)
+        assert lr(s, step) == pytest.approx(2e-3 * factor * math.sqrt(100), rel=1e-5), step
+    values = [lr(s, step) for step in range(100, 2000)]
+    assert all(b < a for a, b in zip(values, values[1:]))
+
+
+def test_inverse_sqrt_floor_and_no_warmup():
+    floored = make_lr_schedule("inverse_sqrt", 1.0, 4, 4, 0.1)
+    assert lr(floored, 16) == pytest.approx(0.5)
+    assert lr(floored, 400) == pytest.approx(0.1)  # sqrt(4/400) = 0.1
+    assert lr(floored, 10**6) == pytest.approx(0.1)
+    cold = make_lr_schedule("inverse_sqrt", 1.0, 0, 10)
+    assert lr(cold, 0) == lr(cold, 1) == pytest.approx(1.0)
+    assert lr(cold, 4) == pytest.approx(0.5) and lr(cold, 100) == pytest.approx(0.1)
+    again = schedules.WarmupInverseSqrtSchedule.from_config(
+        json.loads(json.dumps(floored.get_config())))
+    assert lr(again, 16) == lr(floored, 16)
+
+
+def test_every_schedule_kind_is_registered():
+    for kind in schedules.LR_SCHEDULES:
+        assert lr(make_lr_schedule(kind, 1.0, 10, 100), 5) == pytest.approx(0.5)
+
+
 def test_get_config_round_trip_through_keras_serialization():
     s = make_lr_schedule("cosine", 3e-4, 40, 400, 1e-6)
     config = s.get_config()

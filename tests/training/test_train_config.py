@@ -58,6 +58,50 @@ def test_decay_steps_must_cover_warmup_and_epochs_or_steps(tmp_path):
     assert _config(tmp_path, epochs=0, max_steps=7).max_steps == 7
 
 
+def test_unknown_optimizer_and_schedule_list_the_choices(tmp_path):
+    with pytest.raises(ConfigError, match=r"--optimizer='sgd': use one of \('adam', 'adamw', "
+                       r"'lamb', 'adagrad'\)"):
+        _config(tmp_path, optimizer="sgd")
+    with pytest.raises(ConfigError, match=r"--lr_schedule='step': use one of .*'inverse_sqrt'"):
+        _config(tmp_path, lr_schedule="step")
+    from training.optimizers import get_optimizer
+    from training.schedules import make_lr_schedule
+
+    with pytest.raises(ValueError, match=r"unknown optimizer 'sgd'; choose one of \['adagrad'"):
+        get_optimizer("sgd")
+    with pytest.raises(ValueError, match="inverse_sqrt"):
+        make_lr_schedule("step", 1.0, 1, 2)
+
+
+def test_batch_split(tmp_path):
+    assert _config(tmp_path).batch_split == 1
+    with pytest.raises(ConfigError, match=r"--batch_split=0: must be >= 1"):
+        _config(tmp_path, batch_split=0)
+    with pytest.raises(ConfigError, match=r"--batch_split=3: must divide --batch_size=4 .*"
+                       r"use one of \[1, 2, 4\]"):
+        _config(tmp_path, batch_split=3)
+    config = _config(tmp_path, batch_split=4, strategy="mirrored", num_cpu_replicas=2)
+    config_lib.check_replicas(config, _meta(), 1)
+    with pytest.raises(ConfigError, match=r"--batch_split=4 does not divide the 2 rows of each "
+                       r"of the 2 replicas \(--batch_size=4\).*use one of \[1, 2\]"):
+        config_lib.check_replicas(config, _meta(), 2)
+    config_lib.check_replicas(config.replace(batch_split=2), _meta(), 2)
+    # Only the training batch is split (evaluation has no backward pass).
+    meta = _meta()
+    meta["splits"]["valid"]["batch_size"] = 2
+    config_lib.check_replicas(config, meta, 1)
+    # The state is per row: another K resumes the same run.
+    assert config_lib.incompatible_fields(config, config.replace(batch_split=1)) == []
+
+
+def test_capped_warmup():
+    assert config_lib.capped_warmup(1000, 500, config_lib.WARMUP_FRACTION) == 50
+    assert config_lib.capped_warmup(30, 500, 0.1) == 30
+    assert config_lib.capped_warmup(2000, 40, 0.2) == 8
+    assert config_lib.capped_warmup(5, 4, 0.2) == 0
+    assert config_lib.capped_warmup(0, 10**6, 0.2) == 0
+
+
 def test_unknown_fields_are_listed(tmp_path):
     values = _config(tmp_path).to_dict()
     values["learning_rat"] = 1.0

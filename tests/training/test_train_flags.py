@@ -117,6 +117,8 @@ def test_architecture_string_and_paths(parse, tmp_path):
     (["--d_model=33"], "d_model"),
     (["--num_cpu_replicas=2"], "--num_cpu_replicas.*--strategy=mirrored"),
     (["--preset=huge"], "--preset=huge"),
+    (["--batch_split=3"], r"--batch_split=3: must divide --batch_size=4 .*\[1, 2, 4\]"),
+    (["--batch_split=0"], r"--batch_split=0: must be >= 1"),
 ])
 def test_rejected_flags(parse, args, pattern):
     with pytest.raises(ConfigError, match=pattern):
@@ -144,6 +146,12 @@ def test_train_rejects_before_writing(parse, tmp_path):
     with pytest.raises(ConfigError, match="not divisible by the 3 replicas"):
         train(config, strategy=three)
     assert not os.path.exists(config.model_dir)
+    # 2 rows per replica do not split into 4 micro-batches.
+    two = types.SimpleNamespace(num_replicas_in_sync=2)
+    with pytest.raises(ConfigError, match=r"--batch_split=4 does not divide the 2 rows of each "
+                       r"of the 2 replicas \(--batch_size=4\).*use one of \[1, 2\]"):
+        train(config.replace(batch_split=4), strategy=two)
+    assert not os.path.exists(config.model_dir)
     # A run with another config is there: refused unless --overwrite.
     os.makedirs(config.model_dir)
     other = config.replace(model=config.model.replace(d_model=64))
@@ -164,18 +172,21 @@ def test_cli_errors_are_one_line_and_write_nothing(tiny_data, tmp_path, subproce
         "missing": ["train.py", f"--data_dir={tmp_path / 'nowhere'}",
                     f"--model_dir={tmp_path / 'a'}"],
         "cutoffs": ["train.py", f"--flagfile={flagfile}"],
+        "batch_split": ["train.py", f"--data_dir={tiny_data}", f"--model_dir={tmp_path / 'c'}",
+                        "--preset=tiny", "--batch_split=3"],
     }
     procs = {k: subprocess.Popen([sys.executable, *args], cwd=subprocess_env["PYTHONPATH"],
                                  env=subprocess_env, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
              for k, args in commands.items()}
     results = {k: (p.communicate(timeout=300)[1], p.returncode) for k, p in procs.items()}
-    for name, needle in (("missing", "meta.json"), ("cutoffs", "--cutoffs=auto")):
+    for name, needle in (("missing", "meta.json"), ("cutoffs", "--cutoffs=auto"),
+                         ("batch_split", "--batch_split=3: must divide --batch_size=4")):
         stderr, code = results[name]
         errors = [l for l in stderr.splitlines() if l.startswith("error:")]
         assert code == 1 and len(errors) == 1 and needle in errors[0], stderr[-2000:]
         assert "Traceback" not in stderr
-    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    assert not [name for name in "abc" if (tmp_path / name).exists()]
 
 
 def test_strategy_errors(monkeypatch):
@@ -286,6 +297,25 @@ def test_unknown_family_is_a_flag_error():
     fv = train_cli.define_flags(flags.FlagValues())
     with pytest.raises(flags.IllegalFlagValueError, match="transformer_xl"):
         fv(["train.py", "--model_family=gpt"])
+
+
+@pytest.mark.parametrize("flag,value,choice", [
+    ("optimizer", "sgd", "adagrad"), ("lr_schedule", "step", "inverse_sqrt")])
+def test_unknown_optimizer_or_schedule_is_a_flag_error(flag, value, choice):
+    fv = train_cli.define_flags(flags.FlagValues())
+    with pytest.raises(flags.IllegalFlagValueError, match=f"--{flag}=.*{choice}"):
+        fv(["train.py", f"--{flag}={value}"])
+
+
+def test_every_optimizer_and_schedule_is_a_flag_choice(parse):
+    from training.optimizers import OPTIMIZERS
+    from training.schedules import LR_SCHEDULES
+
+    for name in OPTIMIZERS:
+        assert parse(f"--optimizer={name}")[0].optimizer == name
+    for name in LR_SCHEDULES:
+        assert parse(f"--lr_schedule={name}")[0].lr_schedule == name
+    assert parse("--batch_split=2")[0].batch_split == 2
 
 
 def test_resuming_a_run_as_another_family_is_refused(parse_any):

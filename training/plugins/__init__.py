@@ -55,9 +55,11 @@ class Plugin:
     RUN_FILES: tuple = ()
 
     @classmethod
-    def create(cls, model, config, total_steps):
-        """The plug-in for `model` trained with TrainConfig `config` for
-        `total_steps` steps, or None when it does not apply."""
+    def create(cls, model, config, horizon):
+        """The plug-in for `model` trained with TrainConfig `config`, or None
+        when it does not apply. `horizon` is the number of steps the run's
+        schedules are planned for, fixed at its first start (a resumed run
+        may stop earlier or later)."""
         raise NotImplementedError
 
     def optimizer_groups(self, step):
@@ -75,6 +77,7 @@ class Plugin:
 
     def before_step(self, step):
         """Inside the compiled step, before the forward pass (cross-replica context)."""
+        return None  # a body besides the docstring: AutoGraph converts this method
 
     def step_values(self, step):
         """dict name -> scalar tensor of this step, returned with the step's outputs."""
@@ -100,11 +103,11 @@ def _registered():
     return (par_search.ParSearch, span_report.SpanReport)
 
 
-def make_plugins(model, config, total_steps):
+def make_plugins(model, config, horizon):
     """The registered plug-ins that apply to `model`, in registry order."""
     plugins = []
     for cls in _registered():
-        plugin = cls.create(model, config, total_steps)
+        plugin = cls.create(model, config, horizon)
         if plugin is not None:
             plugins.append(plugin)
     return plugins

@@ -5,10 +5,12 @@ search adds to plain training (Mandava et al. 2020, arXiv 2009.04534):
 - the architecture logits' optimizer: Adam (lr `arch_learning_rate`, betas
   `arch_beta_1/2`), L2 decay `arch_weight_decay` added to the gradient, no
   clipping (Adam already normalises the step; clipping with the weights would
-  let this gradient shrink the weights' update), updates from
-  `arch_warmup_steps` on;
-- the Gumbel-softmax temperature `tau_at(step)`, set on the model before
-  every step and logged;
+  let this gradient shrink the weights' update), updates after the
+  architecture warm-up `min(arch_warmup_steps, 20% of the planned steps)`
+  (`ARCH_WARMUP_FRACTION`; the flag is a cap, so a short run still searches);
+- the Gumbel-softmax temperature `tau_at(step)`, annealed over
+  `tau_anneal_steps` or the planned steps, set on the model before every
+  step and logged;
 - the optional cost-aware search: `search_cost_coef * max(0, E[cost] -
   search_cost_target)` added to the loss, where `E[cost] = sum_blocks
   sum_k p_k cost_k` (plus the fixed embedding and output cost) is the expected
@@ -17,7 +19,14 @@ search adds to plain training (Mandava et al. 2020, arXiv 2009.04534):
   perplexity for speed; the expected cost is logged (`expected_cost`);
 - the architecture summaries (TensorBoard), the probability history
   (`arch_history.json`), and at the end the derived architecture
-  (`architecture.json/.txt`, metrics.json) and the plots.
+  (`architecture.json/.txt`, metrics.json) and the plots. A derivation from
+  untrained logits (the architecture optimizer never applied an update, or
+  every probability within 1e-3 of uniform) is flagged: a WARNING, a first
+  line of architecture.txt and `"untrained": true` in architecture.json and
+  metrics.json's derivation.
+
+"Planned steps" is the run's horizon, fixed at its first start
+(training/trainer.py).
 
 A fixed architecture gets only its architecture string in metrics.json.
 """
@@ -30,7 +39,11 @@ import numpy as np
 from model import flops
 from model.config import ARCHITECTURE_LETTERS
 from training import derive, plots, schedules
+from training.config import capped_warmup
 from training.plugins import OptimizerGroup, Plugin
+
+# The architecture warm-up is at most this fraction of the planned steps.
+ARCH_WARMUP_FRACTION = 0.2
 
 
 def candidate_costs(model_config, seq_len, mem_len):
@@ -65,23 +78,30 @@ class ParSearch(Plugin):
     RUN_FILES = (plots.ARCH_HISTORY_FILE, "architecture.json", "architecture.txt",
                  "arch_history.png", "arch_history.gif")
 
-    def __init__(self, model, config, total_steps):
+    def __init__(self, model, config, horizon):
         self.model = model
         self.config = config
         self.searching = "arch" in model.variable_groups()
-        self._tau_steps = config.tau_anneal_steps or total_steps
+        self._tau_steps = config.tau_anneal_steps or horizon
+        self.arch_warmup_steps = capped_warmup(config.arch_warmup_steps, horizon,
+                                               ARCH_WARMUP_FRACTION)
         self._tau = None
+        self._optimizer = None
         self._costs = None
         if self.searching and config.search_cost_coef > 0:
             self._costs, self._fixed_cost = candidate_costs(
                 config.model, config.seq_len, config.model.mem_len)
         self.history = plots.ArchHistory()
+        if self.searching:
+            logging.info("architecture warm-up %d steps (--arch_warmup_steps=%d, at most %d%% of "
+                         "the %d planned steps)", self.arch_warmup_steps,
+                         config.arch_warmup_steps, round(100 * ARCH_WARMUP_FRACTION), horizon)
 
     @classmethod
-    def create(cls, model, config, total_steps):
+    def create(cls, model, config, horizon):
         if getattr(model, "family", None) != "transformer_xl":
             return None
-        return cls(model, config, total_steps)
+        return cls(model, config, horizon)
 
     # ------------------------------------------------------------ the step
 
@@ -92,13 +112,13 @@ class ParSearch(Plugin):
 
         c = self.config
         variables = list(self.model.variable_groups()["arch"])
-        optimizer = keras.optimizers.Adam(learning_rate=c.arch_learning_rate,
-                                          beta_1=c.arch_beta_1, beta_2=c.arch_beta_2,
-                                          epsilon=c.epsilon)
+        self._optimizer = keras.optimizers.Adam(learning_rate=c.arch_learning_rate,
+                                                beta_1=c.arch_beta_1, beta_2=c.arch_beta_2,
+                                                epsilon=c.epsilon)
         return [OptimizerGroup(
-            name="arch", variables=variables, optimizer=optimizer, l2=c.arch_weight_decay,
-            l2_variables=variables, clip_norm=0.0, start_step=c.arch_warmup_steps,
-            learning_rate=lambda: c.arch_learning_rate)]
+            name="arch", variables=variables, optimizer=self._optimizer,
+            l2=c.arch_weight_decay, l2_variables=variables, clip_norm=0.0,
+            start_step=self.arch_warmup_steps, learning_rate=lambda: c.arch_learning_rate)]
 
     def _expected_cost(self):
         """Scalar float32 tensor: the expected relative FLOPs under softmax(alpha)."""
@@ -147,7 +167,7 @@ class ParSearch(Plugin):
         if not self.searching:
             return {}
         return {"lr_arch": self.config.arch_learning_rate
-                if step > self.config.arch_warmup_steps else 0.0}
+                if step > self.arch_warmup_steps else 0.0}
 
     def on_log(self, step, summaries, model_dir):
         if not self.searching:
@@ -162,11 +182,16 @@ class ParSearch(Plugin):
         if not self.searching:
             return
         c = self.config
+        probs = np.asarray(self.model.arch_probabilities)
+        updates = int(self._optimizer.iterations.numpy())
         report = derive.derivation_report(
-            c.model, np.asarray(self.model.arch_probabilities), c.seq_len, c.model.mem_len,
-            batch_size=c.batch_size)
+            c.model, probs, c.seq_len, c.model.mem_len, batch_size=c.batch_size,
+            untrained=derive.untrained_reason(probs, updates))
         results["derivation"] = {k: report[k] for k in (
-            "architecture", "counts", "relative_flops", "speedup")}
+            "architecture", "counts", "relative_flops", "speedup", "untrained")}
+        if report["untrained"]:
+            logging.warning("the derived architecture %s is NOT a search result: %s",
+                            report["architecture"], report["untrained_reason"])
         if chief:
             derive.write_derivation(model_dir, report)
             if len(self.history):

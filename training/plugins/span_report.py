@@ -26,7 +26,7 @@ class SpanReport(Plugin):
         self.model = model
 
     @classmethod
-    def create(cls, model, config, total_steps):
+    def create(cls, model, config, horizon):
         if getattr(model, "family", None) != "transformer_xl" or not model.spans:
             return None
         return cls(model)

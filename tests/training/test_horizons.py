@@ -1,0 +1,134 @@
+"""Schedules planned at the first start; warm-ups capped by the run length;
+derivations from untrained architecture logits flagged.
+
+- A run stopped at step 10 of 20 and resumed with --max_steps=40 takes steps
+  11-20 with the learning rate and temperature of the uninterrupted 20-step
+  run (the cosine and tau horizons stay at 20), then holds min_lr and tau_end.
+- base_model.sh's warm-ups (1,000 lr, 2,000 architecture steps) on a 40-step
+  run are capped at 10% and 20% (4 and 8 steps), so the short run searches.
+- A derivation from untrained logits says so: WARNING, first line of
+  architecture.txt, "untrained": true in architecture.json and metrics.json.
+"""
+
+import json
+import logging
+import math
+
+import numpy as np
+import pytest
+
+PEAK, FLOOR = 3e-3, 1e-5
+
+
+class _Stop(Exception):
+    pass
+
+
+class _StopAfter:
+    """A loop callback that kills the run after the logged step `step`."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def on_train_log(self, step, logs):
+        if step >= self.step:
+            raise _Stop()
+
+    def on_evaluate(self, split, step, results):
+        pass
+
+    def on_train_end(self, results):
+        pass
+
+
+def _log(model_dir):
+    from training.loop import read_training_log
+
+    return {row["step"]: row for row in read_training_log(f"{model_dir}/training_log.log")}
+
+
+@pytest.mark.slow
+def test_resume_with_more_steps_keeps_lr_and_tau(tiny_config_factory, tmp_path):
+    from training.checkpoint import saved_horizon
+    from training.loop import train
+
+    common = dict(max_steps=20, warmup_steps=2, min_lr=FLOOR, learning_rate=PEAK,
+                  log_interval=1, checkpoint_interval=10, eval_max_records=2, sample_tokens=0,
+                  arch_warmup_steps=2)
+    reference = tiny_config_factory(tmp_path / "reference", **common)
+    train(reference)
+    resumed = tiny_config_factory(tmp_path / "resumed", **common)
+    with pytest.raises(_Stop):
+        train(resumed, callbacks=[_StopAfter(11)])  # dies after the checkpoint at 10
+    assert saved_horizon(resumed.model_dir) == 20
+    longer = resumed.replace(max_steps=40)
+    metrics = train(longer)
+    assert metrics["step"] == 40 and saved_horizon(resumed.model_dir) == 20
+
+    want, got = _log(reference.model_dir), _log(resumed.model_dir)
+    assert sorted(got) == list(range(1, 41))
+    for step in range(11, 21):  # the steps the uninterrupted run also took
+        assert got[step]["lr"] == want[step]["lr"], step
+        assert got[step]["tau"] == want[step]["tau"], step
+    # lr logged at step s is the rate of step index s - 1 (cosine over 2..20).
+    progress = (15 - 1 - 2) / 18
+    assert got[15]["lr"] == pytest.approx(
+        FLOOR + (PEAK - FLOOR) * 0.5 * (1 + math.cos(math.pi * progress)), rel=1e-5)
+    assert got[15]["tau"] == pytest.approx(0.1 ** (14 / 20), rel=1e-5)
+    for step in range(22, 41):  # past the planned end: the floors, no jump
+        assert got[step]["lr"] == pytest.approx(FLOOR, rel=1e-5)
+        assert got[step]["tau"] == pytest.approx(0.1, rel=1e-5)
+
+
+@pytest.mark.slow
+def test_short_search_caps_warmups_and_trains_the_architecture(tiny_config_factory, tmp_path,
+                                                               caplog):
+    from training import derive
+    from training.loop import train
+
+    caplog.set_level(logging.INFO, logger="absl")
+    # base_model.sh's warm-ups on a 40-step run: capped at 4 and 8 steps.
+    config = tiny_config_factory(tmp_path / "short", max_steps=40, warmup_steps=1000,
+                                 arch_warmup_steps=2000, learning_rate=PEAK, log_interval=1,
+                                 eval_max_records=2, sample_tokens=0)
+    metrics = train(config)
+    messages = caplog.text
+    assert "learning-rate warm-up 4 steps (--warmup_steps=1000, at most 10% of them)" in messages
+    assert "architecture warm-up 8 steps (--arch_warmup_steps=2000, at most 20% of the 40 " \
+           "planned steps)" in messages
+    log = _log(config.model_dir)
+    assert log[3]["lr"] == pytest.approx(PEAK * 2 / 4, rel=1e-5)  # step index 2 of 4
+    assert log[5]["lr"] == pytest.approx(PEAK, rel=1e-5)
+    report = json.loads((tmp_path / "short" / derive.ARCHITECTURE_JSON).read_text())
+    deviation = np.max(np.abs(np.asarray(report["probabilities"]) - 1 / 3))
+    assert deviation > 1e-2, report["probabilities"]
+    assert report["untrained"] is False and metrics["derivation"]["untrained"] is False
+    text = (tmp_path / "short" / derive.ARCHITECTURE_TXT).read_text()
+    assert text == metrics["architecture"] + "\n"
+    assert "not a search result" not in messages
+
+
+@pytest.mark.slow
+def test_untrained_derivation_is_flagged(tiny_config_factory, tmp_path, caplog):
+    from training import derive
+    from training.loop import train
+
+    caplog.set_level(logging.INFO, logger="absl")
+    config = tiny_config_factory(tmp_path / "untrained", max_steps=6, arch_learning_rate=1e-9,
+                                 eval_max_records=2, sample_tokens=0)
+    metrics = train(config)
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING
+                and "NOT a search result" in r.getMessage()]
+    assert len(warnings) == 1 and "within" in warnings[0].getMessage()
+    assert metrics["derivation"]["untrained"] is True
+    on_disk = json.loads((tmp_path / "untrained" / "metrics.json").read_text())
+    assert on_disk["derivation"]["untrained"] is True
+    report = json.loads((tmp_path / "untrained" / derive.ARCHITECTURE_JSON).read_text())
+    assert report["untrained"] is True and "uniform" in report["untrained_reason"]
+    first, second = (tmp_path / "untrained" / derive.ARCHITECTURE_TXT).read_text().splitlines()
+    assert first.startswith(derive.UNTRAINED_HEADER) and second == metrics["architecture"]
+    # Still readable by --architecture=<run>, with a warning.
+    caplog.clear()
+    (tmp_path / "untrained" / derive.ARCHITECTURE_JSON).unlink()
+    assert derive.read_architecture(tmp_path / "untrained") == metrics["architecture"]
+    assert "untrained architecture logits" in caplog.text
