@@ -241,6 +241,9 @@ def test_progress_lines_first_step_eta_and_evaluation(make_config, caplog, monke
 
     monkeypatch.setattr(trainer_module, "EVAL_PROGRESS_SECONDS", 0.0)
     caplog.set_level("INFO")
+    # absl's own logger too: an earlier in-process CLI (optimal_cuts.main) may
+    # have set absl's verbosity to WARNING for the rest of the session.
+    caplog.set_level("INFO", logger="absl")
     config = make_config(max_steps=10, log_interval=5, sample_tokens=0, eval_max_records=3,
                          model_architecture="transformer_xl")
     train(config)
