@@ -174,6 +174,20 @@ class Decoder:
         hidden, new_state = self.model(ids, state, training=False, mem_len=self.mem_len)
         return self.model.log_probs(hidden[:, -1:])[:, 0], new_state
 
+    def forward(self, ids, state):
+        """One compiled forward pass carrying the state (what `prefill` and `generate` run).
+
+        Args:
+            ids: int [B, T] token ids (T >= 1).
+            state: the model's state for B rows, e.g. `model.initial_state(B, 0)`
+                (empty memories) or the state returned by the previous call.
+
+        Returns:
+            (float32 [B, V] log-probs of the token after the last position,
+            the new state: memories [B, min(M + T, mem_len), D]).
+        """
+        return self._forward(tf.convert_to_tensor(ids, tf.int32), state)
+
     def tracing_counts(self):
         """dict name -> number of traces of each compiled function."""
         return {name: fn.experimental_get_tracing_count()
