@@ -136,6 +136,7 @@ class Case:
         ids = zipf_ids(rng, config.vocab_size, (4, batch_size, seq_len + 1))
         self.batches = [(tf.constant(b[:, :-1]), tf.constant(b[:, 1:])) for b in ids]
         self.calls = 0
+        self.trainer = None  # the Trainer behind step_fn (use_trainer=True)
         keras.mixed_precision.set_global_policy(precision)
         try:
             if use_trainer:
@@ -161,6 +162,7 @@ class Case:
         )
         meta = {"splits": {"train": {"records": 10**6, "batch_size": self.batch_size}}}
         trainer = Trainer(train_config, meta, tf.distribute.get_strategy())
+        self.trainer = trainer
 
         def step(inputs, targets):
             return trainer.train_step(inputs, targets)["loss"]
