@@ -25,11 +25,17 @@ Sizes:
 
 The layers use `tf` ops directly: per-cluster partition/stitch of tokens has
 no `keras.ops` equivalent, and the project runs on the TensorFlow backend only.
+
+Under XLA (model/xla.py) the partition, whose sizes depend on the targets,
+would recompile the step for every batch, so while traced for XLA each tail
+(and each embedding lookup) runs for all N tokens and is masked to its own:
+the same NLL and vectors, for the cost of the tails over every token.
 """
 
 import keras
 import tensorflow as tf
 
+from model import xla
 from model.config import tail_dims
 from model.initializers import clone_initializer
 
@@ -111,6 +117,8 @@ def _lookup_by_cluster(flat_ids, cutoffs, lookups):
     """
     if not cutoffs:
         return lookups[0](flat_ids)
+    if xla.compiling_with_xla():
+        return _lookup_masked(flat_ids, cutoffs, lookups)
     num_parts = len(cutoffs) + 1
     cluster = _cluster_index(flat_ids, cutoffs)
     id_parts = tf.dynamic_partition(flat_ids, cluster, num_parts)
@@ -118,6 +126,19 @@ def _lookup_by_cluster(flat_ids, cutoffs, lookups):
     starts = (0,) + cutoffs
     vectors = [lookup(ids - start) for lookup, ids, start in zip(lookups, id_parts, starts)]
     return tf.dynamic_stitch(positions, vectors)
+
+
+def _lookup_masked(flat_ids, cutoffs, lookups):
+    """`_lookup_by_cluster` with static shapes: every lookup for all N ids, masked."""
+    bounds = zip((0,) + tuple(cutoffs), tuple(cutoffs) + (None,))
+    total = None
+    for lookup, (start, end) in zip(lookups, bounds):
+        inside = flat_ids >= start if end is None else (flat_ids >= start) & (flat_ids < end)
+        # Ids of other clusters look up row 0 of this one, then are zeroed.
+        vectors = lookup(tf.where(inside, flat_ids - start, 0))  # [N, D]
+        vectors = tf.where(inside[:, None], vectors, tf.zeros_like(vectors))
+        total = vectors if total is None else total + vectors
+    return total
 
 
 def _embed(layer, ids, lookups):
@@ -281,24 +302,42 @@ class AdaptiveSoftmax(keras.layers.Layer):
             labels=head_labels, logits=self._head_logits(flat_hidden)
         )  # [N]
         if self.num_tails:
-            num_parts = self.num_tails + 1
-            hidden_parts = tf.dynamic_partition(flat_hidden, cluster, num_parts)
-            target_parts = tf.dynamic_partition(safe_targets, cluster, num_parts)
-            positions = tf.dynamic_partition(
-                tf.range(tf.size(flat_targets)), cluster, num_parts
-            )
-            # Head tokens add nothing from the tails.
-            tail_nll = [tf.zeros(tf.shape(positions[0]), tf.float32)]
-            for i, (lo, _) in enumerate(self.cluster_bounds):
-                tail_nll.append(
-                    tf.nn.sparse_softmax_cross_entropy_with_logits(
-                        labels=target_parts[i + 1] - lo,
-                        logits=self._tail_logits(hidden_parts[i + 1], i),
-                    )  # [n_i]
-                )
-            nll += tf.dynamic_stitch(positions, tail_nll)
+            tails = self._tail_nll_masked if xla.compiling_with_xla() else self._tail_nll
+            nll += tails(flat_hidden, safe_targets, cluster)
         nll = tf.where(valid, nll, 0.0)
         return tf.reshape(nll, tf.shape(targets))
+
+    def _tail_nll(self, flat_hidden, targets, cluster):
+        """Tail NLL of every token, 0 for head tokens: float32 [N].
+
+        Partitions the tokens by cluster: tail i costs n_i rows.
+        """
+        num_parts = self.num_tails + 1
+        hidden_parts = tf.dynamic_partition(flat_hidden, cluster, num_parts)
+        target_parts = tf.dynamic_partition(targets, cluster, num_parts)
+        positions = tf.dynamic_partition(tf.range(tf.size(targets)), cluster, num_parts)
+        # Head tokens add nothing from the tails.
+        tail_nll = [tf.zeros(tf.shape(positions[0]), tf.float32)]
+        for i, (lo, _) in enumerate(self.cluster_bounds):
+            tail_nll.append(
+                tf.nn.sparse_softmax_cross_entropy_with_logits(
+                    labels=target_parts[i + 1] - lo,
+                    logits=self._tail_logits(hidden_parts[i + 1], i),
+                )  # [n_i]
+            )
+        return tf.dynamic_stitch(positions, tail_nll)
+
+    def _tail_nll_masked(self, flat_hidden, targets, cluster):
+        """`_tail_nll` with static shapes (XLA): tail i for all N tokens, masked."""
+        total = tf.zeros(tf.shape(targets), tf.float32)  # [N]
+        for i, (lo, _) in enumerate(self.cluster_bounds):
+            inside = cluster == i + 1  # [N]
+            nll = tf.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=tf.where(inside, targets - lo, 0),
+                logits=self._tail_logits(flat_hidden, i),
+            )  # [N]
+            total += tf.where(inside, nll, 0.0)
+        return total
 
     def log_probs(self, hidden):
         """Full log-probabilities over the vocabulary.

@@ -25,6 +25,7 @@ and memory follow the learned spans (see `memory_keep_length`).
 import keras
 import tensorflow as tf
 
+from model import xla
 from model.relative_attention import RelativeMultiHeadAttention
 
 # Added to the renormalisation denominator: a row whose in-span weights all
@@ -181,7 +182,9 @@ class AdaptiveSpanAttention(RelativeMultiHeadAttention):
         return self.span_loss_coef * tf.reduce_mean(self.spans)
 
     def _select_memory(self, mem):
-        if not self.trim_memory:
+        # Under XLA the kept length, a function of the spans, would make the
+        # key length a compile-time constant: keep everything (exact).
+        if not self.trim_memory or xla.compiling_with_xla():
             return mem
         mlen = tf.shape(mem)[1]
         keep = memory_keep_length(self.spans, self.span_ramp, mlen)

@@ -20,10 +20,14 @@ Size glossary: S, the shape of the input (any rank); n = prod(S) elements
 drawn from ceil(n / 4) random words.
 """
 
+import contextlib
 import math
+
 
 import keras
 import tensorflow as tf
+
+from model import xla
 
 # A random byte takes this many values; rates are multiples of its inverse.
 _LEVELS = 256
@@ -57,11 +61,44 @@ def random_bytes(shape, seed):
     """
     size = tf.reduce_prod(shape)
     words = tf.random.stateless_uniform(
-        [(size + 3) // 4], seed=seed, minval=None, maxval=None, dtype=tf.uint32
+        [(size + 3) // 4], seed=seed, minval=None, maxval=None, dtype=tf.uint32,
+        alg=xla.RNG_ALG,  # the same bits with and without XLA (model/xla.py)
     )  # [ceil(n / 4)]
     flat = tf.reshape(tf.bitcast(words, tf.uint8), [-1])  # [4 * ceil(n / 4)]
     # tf.slice, not `flat[:size]`: no StridedSlice; an identity when n % 4 == 0.
     return tf.reshape(tf.slice(flat, [0], [size]), shape)  # S
+
+
+@contextlib.contextmanager
+def fixed_seeds(layers, seeds):
+    """While tracing inside this block, each of `layers` uses its given seed.
+
+    For code that draws the seeds of several layers up front, e.g. a hard
+    PAR block that must advance every candidate's seed generator whichever
+    candidate runs (model/stochastic_block.py): `draw_seeds` outside, then
+    call the layers inside `fixed_seeds`.
+
+    Args:
+        layers: FastDropout layers.
+        seeds: one int32 [2] seed tensor per layer.
+    """
+    layers, seeds = list(layers), list(seeds)
+    if len(layers) != len(seeds):
+        raise ValueError(f"fixed_seeds: {len(layers)} layers but {len(seeds)} seeds")
+    previous = [layer._fixed_seed for layer in layers]
+    for layer, seed in zip(layers, seeds):
+        object.__setattr__(layer, "_fixed_seed", seed)  # not a tracked attribute
+    try:
+        yield
+    finally:
+        for layer, seed in zip(layers, previous):
+            object.__setattr__(layer, "_fixed_seed", seed)
+
+
+def draw_seeds(layers):
+    """(the layers that drop something, their seeds for one call) for `fixed_seeds`."""
+    active = [layer for layer in layers if 0 < layer.threshold < _LEVELS]
+    return active, [layer.draw_seed() for layer in active]
 
 
 @keras.saving.register_keras_serializable(package="par")
@@ -100,6 +137,7 @@ class FastDropout(keras.layers.Layer):
         self.threshold = quantize_rate(self.rate)
         if self.threshold > 0:
             self.seed_generator = keras.random.SeedGenerator(seed)
+        object.__setattr__(self, "_fixed_seed", None)  # see fixed_seeds; not tracked
         self.built = True
 
     @property
@@ -113,14 +151,19 @@ class FastDropout(keras.layers.Layer):
         kept = _LEVELS - self.threshold
         return _LEVELS / kept if kept else math.inf
 
-    def _next_seed(self):
-        """int32 [2] seed of this call; advances the seed generator."""
+    def draw_seed(self):
+        """int32 [2] seed of the next training call; advances the seed generator.
+
+        Inside `fixed_seeds` it returns the fixed seed instead (no advance).
+        """
+        if self._fixed_seed is not None:
+            return self._fixed_seed
         seed = self.seed_generator.next()  # int64 [2]
         seed = tf.cast(tf.math.floormod(seed, _SEED_MODULUS), tf.int32)
         context = tf.distribute.get_replica_context()
         if context is not None and context.num_replicas_in_sync > 1:
             seed = tf.random.experimental.stateless_fold_in(
-                seed, tf.cast(context.replica_id_in_sync_group, tf.int32)
+                seed, tf.cast(context.replica_id_in_sync_group, tf.int32), alg=xla.RNG_ALG
             )
         return seed
 
@@ -139,7 +182,7 @@ class FastDropout(keras.layers.Layer):
             return inputs
         if self.threshold == _LEVELS:
             return tf.zeros_like(inputs)
-        keep = random_bytes(tf.shape(inputs), self._next_seed()) >= self.threshold  # S
+        keep = random_bytes(tf.shape(inputs), self.draw_seed()) >= self.threshold  # S
         # One {0, scale} tensor in the input dtype: the product is one pass
         # forward and its gradient (upstream * mask) one pass backward.
         mask = tf.where(

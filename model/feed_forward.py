@@ -95,6 +95,11 @@ class PositionwiseFeedForward(keras.layers.Layer):
         self.output_dense.build(tuple(input_shape[:-1]) + (self.d_ffn,))
         super().build(input_shape)
 
+    @property
+    def dropout_layers(self):
+        """The FastDropout layers a training call draws from (`model.dropout.fixed_seeds`)."""
+        return [self.inner_dropout, self.output_dropout]
+
     def call(self, x, training=False):
         """Applies the feed-forward network, the residual and the norm.
 

@@ -316,6 +316,11 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         context = tf.einsum("bntk,bknh->btnh", weights, v)  # [B, T, N, H]
         return tf.einsum("btnh,nhd->btd", context, self.output_kernel)  # [B, T, D]
 
+    @property
+    def dropout_layers(self):
+        """The FastDropout layers a training call draws from (`model.dropout.fixed_seeds`)."""
+        return [self.attn_dropout_layer, self.output_dropout]
+
     def call(self, x, mem=None, training=False, rel_bias=None):
         """Applies attention over `concat(mem, x)`, the residual and the norm.
 

@@ -28,7 +28,9 @@ the same one.
 import keras
 import tensorflow as tf
 
+from model import xla
 from model.adaptive_span import AdaptiveSpanAttention
+from model.dropout import draw_seeds, fixed_seeds
 from model.feed_forward import PositionwiseFeedForward
 from model.relative_attention import RelativeMultiHeadAttention
 
@@ -52,8 +54,10 @@ def gumbel_noise(seed, block_index, step):
         float32 [C] noise `-log(-log U)`, U uniform in [eps, 1 - eps].
     """
     base = tf.constant([seed, block_index], tf.int64)
-    key = tf.random.experimental.stateless_fold_in(base, tf.cast(step, tf.int64))  # [2]
-    uniform = tf.random.stateless_uniform([len(CANDIDATES)], seed=key, dtype=tf.float32)
+    key = tf.random.experimental.stateless_fold_in(
+        base, tf.cast(step, tf.int64), alg=xla.RNG_ALG)  # [2]
+    # The same noise with and without XLA (model/xla.py).
+    uniform = xla.uniform_from_bits([len(CANDIDATES)], key)
     uniform = tf.clip_by_value(uniform, _UNIFORM_EPS, 1.0 - _UNIFORM_EPS)
     return -tf.math.log(-tf.math.log(uniform))
 
@@ -262,14 +266,33 @@ class StochasticBlock(keras.layers.Layer):
             mix = tf.cast(weights, self.compute_dtype)  # [C]
             return tf.add_n([mix[k] * branch() for k, branch in enumerate(branches)])
         choice = tf.argmax(weights, output_type=tf.int32)
-        y = tf.switch_case(choice, branches)  # only the chosen candidate runs
-        if mode == "argmax":
-            return y
+        if mode == "argmax":  # evaluation: no gradient, no dropout
+            return tf.switch_case(choice, branches)  # only the chosen candidate runs
+        y = self._hard_choice(choice, x, mem, training, rel_bias)
         # Straight-through: the factor is exactly 1 in value (w - sg(w) == 0)
         # while d y / d w_k = f_k(x) carries the gradient to alpha.
         chosen = tf.gather(weights, choice)
         factor = 1.0 + (chosen - tf.stop_gradient(chosen))
         return y * tf.cast(factor, self.compute_dtype)
+
+    def _hard_choice(self, choice, x, mem, training, rel_bias):
+        """The output of candidate `choice` alone: [B, T, D].
+
+        Every candidate's dropout seeds are drawn first, whichever runs, so
+        that the masks do not depend on the path below. Without XLA only the
+        chosen candidate runs (`tf.switch_case`). Under XLA (model/xla.py),
+        whose `switch_case` gradient carries every branch's intermediates,
+        every candidate runs and a one-hot weight selects the chosen one:
+        the same value (1 * y + 0 * others) and the same gradients.
+        """
+        layers = self.attention_layer.dropout_layers + self.dense_layer.dropout_layers
+        dropouts, seeds = draw_seeds(layers if training else [])
+        with fixed_seeds(dropouts, seeds):
+            branches = self._branches(x, mem, training, rel_bias)
+            if not xla.compiling_with_xla():
+                return tf.switch_case(choice, branches)  # only the chosen candidate runs
+            onehot = tf.one_hot(choice, len(CANDIDATES), dtype=self.compute_dtype)  # [C]
+            return tf.add_n([onehot[k] * branch() for k, branch in enumerate(branches)])
 
     def compute_output_shape(self, input_shape):
         return input_shape

@@ -395,6 +395,8 @@ class Trainer:
     def _eval(self, inputs, targets, model_state):
         mem_len = self.config.eval_mem_len
 
+        # Compiled like the training forward pass under --xla (model/xla.py).
+        @tf.function(jit_compile=self.config.xla or None)
         def replica(inputs, targets, model_state):
             hidden, new_state = self.model(inputs, model_state, training=False, mem_len=mem_len)
             nll = self.model.token_nll(hidden, targets)

@@ -1,0 +1,135 @@
+"""--xla: the compiled training, evaluation and generation steps equal the plain ones.
+
+Each case trains two copies of one model (same initial weights) on the same
+real batches, one with `--xla` (the forward and backward pass compiled with
+jit_compile=True, the static-shape paths of model/xla.py) and one without,
+and compares every step's loss and gradient norms, then the weights, the
+optimizer moments and the memories. Dropout is on where the case says so:
+the random bits are the same with and without XLA (Philox named, model/xla.py).
+"""
+
+import numpy as np
+import pytest
+
+from tests.training.test_batch_split import _arrays, _assert_close, _batches, _trainer
+
+STEPS = 3
+_BASE = ["--preset=tiny", "--learning_rate=3e-3", "--clip_norm=0.5", "--max_steps=100",
+         "--sample_tokens=0", "--arch_warmup_steps=0", "--eval_mem_len=8"]
+# name -> flags. Full and adaptive softmax (tiny: cutoffs 16, 32), soft and
+# hard search with dropout on, a fixed Transformer-XL, adaptive span with a
+# span loss, and bfloat16 (compared more loosely below).
+CASES = {
+    "soft_adaptive_dropout": ["--dropout=0.1"],
+    "hard_dropout": ["--search_mode=hard", "--dropout=0.1"],
+    "transformer_xl_full_softmax": ["--architecture=transformer_xl", "--cutoffs=",
+                                    "--dropout=0"],
+    "adaptive_span": ["--architecture=transformer_xl", "--attention=adaptive_span",
+                      "--span_max=16", "--span_ramp=4", "--span_loss_coef=0.05",
+                      "--dropout=0"],
+    "bfloat16": ["--precision=mixed_bfloat16", "--dropout=0.1"],
+}
+
+
+def _config(data_dir, model_dir, *extra):
+    from absl import flags
+
+    import train as train_cli
+
+    fv = train_cli.define_flags(flags.FlagValues())
+    fv(["train.py", f"--data_dir={data_dir}", f"--model_dir={model_dir}", *_BASE, *extra])
+    return train_cli.config_from_flags(fv)[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_xla_step_equals_plain_step(tiny_data, tmp_path, case):
+    config = _config(tiny_data, tmp_path / "plain", *CASES[case])
+    plain = _trainer(config)
+    compiled = _trainer(config.replace(model_dir=str(tmp_path / "xla"), xla=True),
+                        copy_from=plain)
+    # bfloat16 rounds differently once XLA fuses: compare as bfloat16 allows.
+    rel = 2e-2 if case == "bfloat16" else 1e-5
+    for inputs, targets in _batches(config, STEPS):
+        want = plain.train_step(inputs, targets)
+        got = compiled.train_step(inputs, targets)
+        for key in ("loss", "nll", "grad_norm"):
+            assert got[key] == pytest.approx(want[key], rel=rel), key
+        if "arch_grad_norm" in want:  # a small difference of large terms
+            assert got["arch_grad_norm"] == pytest.approx(want["arch_grad_norm"], rel=rel,
+                                                          abs=1e-6)
+        assert got["finite"]
+    arch = {id(v) for v in compiled.model.variables + plain.model.variables
+            if "arch_logits" in v.path}
+    weights = lambda t: [v for v in t.model.variables if id(v) not in arch]  # noqa: E731
+    pairs = {"weights": (weights(compiled), weights(plain)),
+             "optimizer": (compiled.optimizers["weights"].variables,
+                           plain.optimizers["weights"].variables),
+             "state": (compiled.global_state(), plain.global_state())}
+    for what, (got, want) in pairs.items():
+        got, want = _arrays(got), _arrays(want)
+        if case == "bfloat16":
+            # Adam moves near-zero biases by +-lr whatever their rounding, so
+            # compare whole vectors, not variable by variable.
+            got, want = [np.concatenate([a.ravel() for a in got])], [
+                np.concatenate([b.ravel() for b in want])]
+        _assert_close(got, want, rel, what)
+    # Architecture logits: Adam normalises their tiny gradients, so the
+    # float32 rounding of the gradient shows in absolute terms.
+    for a, b in zip(compiled.model.variables, plain.model.variables):
+        if id(a) in arch:
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0,
+                                       atol=1e-2 if case == "bfloat16" else 1e-4)
+    # Compiled once: the static paths kept every shape fixed.
+    assert compiled._forward_backward.experimental_get_tracing_count() == 1
+    assert compiled._step_fn.experimental_get_tracing_count() == 1
+
+    got, want = compiled.evaluate("valid", 3), plain.evaluate("valid", 3)
+    assert got["nll"] == pytest.approx(want["nll"], rel=rel)
+
+
+def test_static_paths_are_taken_under_xla_only():
+    """The masked tails and lookups run under XLA and equal the partitioned ones."""
+    import tensorflow as tf
+
+    from model.adaptive_softmax import AdaptiveEmbedding, AdaptiveSoftmax
+
+    softmax = AdaptiveSoftmax(vocab_size=50, d_model=8, cutoffs=(10, 30))
+    embedding = AdaptiveEmbedding(vocab_size=50, d_model=8, cutoffs=(10, 30))
+    rng = np.random.default_rng(0)
+    hidden = tf.constant(rng.standard_normal((3, 7, 8)), tf.float32)
+    targets = tf.constant(rng.integers(0, 50, (3, 7)), tf.int32)
+    targets = tf.tensor_scatter_nd_update(targets, [[0, 0]], [-1])  # one padding position
+
+    def run(hidden, targets):  # (gradients: compared in the trainer cases above)
+        return softmax.nll(hidden, targets), embedding(tf.maximum(targets, 0))
+
+    plain = tf.function(run)
+    compiled = tf.function(run, jit_compile=True)
+    for got, want in zip(compiled(hidden, targets), plain(hidden, targets)):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+    assert float(plain(hidden, targets)[0][0, 0]) == 0.0
+    graph = lambda fn: {op.type for op in fn.get_concrete_function(  # noqa: E731
+        hidden, targets).graph.get_operations()}
+    assert "DynamicPartition" in graph(plain)
+    assert "DynamicPartition" not in graph(compiled)
+
+
+def test_dropout_bits_equal_with_and_without_xla():
+    import tensorflow as tf
+
+    from model.dropout import random_bytes
+    from model.xla import uniform_from_bits
+
+    seed = tf.constant([12345, 678], tf.int32)
+
+    def draw():
+        return random_bytes([5, 37], seed), uniform_from_bits([11], seed)
+
+    plain = tf.function(draw)()
+    compiled = tf.function(draw, jit_compile=True)()
+    for got, want in zip(compiled, plain):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    # And the float conversion is TensorFlow's own (the default algorithm).
+    np.testing.assert_array_equal(plain[1].numpy(),
+                                  tf.random.stateless_uniform([11], seed).numpy())
