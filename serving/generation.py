@@ -151,9 +151,13 @@ class Decoder:
             deterministic: no dropout, no Gumbel noise in a supernet.
         mem_len: int >= 0, memory positions kept per attention memory; None:
             the model's config `mem_len`.
+        jit_compile: compile the forward pass with XLA (model/xla.py). XLA
+            compiles once per input shape, so each prompt chunk length and
+            each memory length while the memory fills (the first `mem_len`
+            tokens) compiles anew: worth it for long generations only.
     """
 
-    def __init__(self, model, mem_len=None):
+    def __init__(self, model, mem_len=None, jit_compile=False):
         self.model = check_model(model)
         self.mem_len = int(model.mem_len if mem_len is None else mem_len)
         if self.mem_len < 0:
@@ -165,7 +169,8 @@ class Decoder:
                    tf.TensorSpec([], tf.bool)]  # seeds, temperature, top_k, top_p, greedy
         # Two compiled functions, not a fused forward + sample step: the model
         # is traced once (tracing costs seconds), sampling alone is cheap.
-        self._forward = tf.function(self._forward_impl, input_signature=[ids, state])
+        self._forward = tf.function(self._forward_impl, input_signature=[ids, state],
+                                    jit_compile=bool(jit_compile) or None)
         self._sample = tf.function(
             sample_tokens, input_signature=[tf.TensorSpec([None, None], tf.float32), *options])
 

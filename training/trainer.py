@@ -137,7 +137,14 @@ class Trainer:
         self.reset_state()
         self._forward_backward = tf.function(self._replica_forward_backward,
                                              jit_compile=config.xla or None)
-        self._step_fn = tf.function(self._step)
+        # --xla on one device: the whole step (forward, backward, clipping,
+        # the optimizers' updates) is one XLA program. Across replicas the
+        # forward and backward pass is compiled and the all-reduce and
+        # updates run as TensorFlow ops around it.
+        whole_step_xla = config.xla and not isinstance(strategy, (
+            tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy,
+            tf.distribute.TPUStrategy))  # (a TPU compiles its replica step anyway)
+        self._step_fn = tf.function(self._step, jit_compile=whole_step_xla or None)
         self._eval_fn = tf.function(self._eval)
         self._generate_fn = tf.function(self._generate_one, input_signature=[
             tf.TensorSpec([1, None], tf.int32), self.model.state_signature(),

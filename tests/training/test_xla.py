@@ -133,3 +133,38 @@ def test_dropout_bits_equal_with_and_without_xla():
     # And the float conversion is TensorFlow's own (the default algorithm).
     np.testing.assert_array_equal(plain[1].numpy(),
                                   tf.random.stateless_uniform([11], seed).numpy())
+
+
+@pytest.mark.parametrize("variant", [
+    dict(),  # supernet: argmax switch, adaptive softmax
+    dict(architecture="aafa", attention="adaptive_span", span_init=0.5, span_max=16,
+         span_ramp=4),
+])
+def test_compiled_generation_equals_plain(variant):
+    """The XLA-compiled decoder gives the plain decoder's tokens and log-probs."""
+    from serving.generation import Decoder
+    from tests.test_generation import PROMPT, make_model
+
+    model = make_model(seed=3, **variant)
+    plain, compiled = Decoder(model, mem_len=6), Decoder(model, mem_len=6, jit_compile=True)
+    got = compiled.generate(PROMPT, 8, greedy=True, chunk_len=3, return_log_probs=True)
+    want = plain.generate(PROMPT, 8, greedy=True, chunk_len=3, return_log_probs=True)
+    assert got[0].tolist() == want[0].tolist()
+    np.testing.assert_allclose(got[1], want[1], atol=2e-5)
+
+
+def test_sha_rnn_compiled_step_equals_plain(tiny_data, tmp_path):
+    """The other model family compiles too (keras LSTM inside the XLA step)."""
+    from tests.training.test_batch_split import _config as family_config
+
+    config = family_config(tiny_data, tmp_path / "plain", "sha_rnn")
+    plain = _trainer(config)
+    compiled = _trainer(config.replace(model_dir=str(tmp_path / "xla"), xla=True),
+                        copy_from=plain)
+    for inputs, targets in _batches(config, 2):
+        want = plain.train_step(inputs, targets)
+        got = compiled.train_step(inputs, targets)
+        assert got["loss"] == pytest.approx(want["loss"], rel=1e-5)
+        assert got["grad_norm"] == pytest.approx(want["grad_norm"], rel=1e-5)
+    _assert_close(_arrays(compiled.model.variables), _arrays(plain.model.variables), 1e-5,
+                  "weights")
