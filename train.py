@@ -212,7 +212,8 @@ def define_flags(fv=flags.FLAGS):
                 "this many micro-batches of whole rows and apply one update (equal to the "
                 "unsplit step; less activation memory). Must divide the per-replica batch.")
     from_config("enum", "precision", "Keras dtype policy.", c.PRECISIONS)
-    from_config("boolean", "xla", "jit-compile the forward and backward pass.")
+    from_config("boolean", "xla", "Compile the training and evaluation steps with XLA "
+                "(static-shape adaptive softmax, span and hard search; same numbers).")
     from_config("boolean", "deterministic", "TensorFlow op determinism (exact resume).")
     return fv
 

@@ -127,8 +127,9 @@ class Case:
             False: the local step below.
     """
 
-    def __init__(self, name, config, batch_size, seq_len, precision, workdir, use_trainer):
-        self.name, self.config = name, config
+    def __init__(self, name, config, batch_size, seq_len, precision, workdir, use_trainer,
+                 xla=False):
+        self.name, self.config, self.xla = name, config, xla
         self.batch_size, self.seq_len, self.precision = batch_size, seq_len, precision
         self.tokens = batch_size * seq_len
         self.flops = forward_flops(config, seq_len, batch_size)
@@ -158,7 +159,7 @@ class Case:
             max_steps=10**6, warmup_steps=100,
             # Frozen logits keep the hard-search sampler uniform, so its cost
             # matches the expected FLOPs; their gradient is still computed.
-            arch_warmup_steps=10**6,
+            arch_warmup_steps=10**6, xla=self.xla,
         )
         meta = {"splits": {"train": {"records": 10**6, "batch_size": self.batch_size}}}
         trainer = Trainer(train_config, meta, tf.distribute.get_strategy())
@@ -257,6 +258,10 @@ def case_specs(args):
         big["dropout"] = args.big_dropout
     specs += [(f"compute-bound {precision}", preset_config("wt2_large", **big), args.big_batch,
                args.big_seq_len, precision) for precision in precisions]
+    specs = [spec + (False,) for spec in specs]
+    if args.xla:  # each case again, compiled with XLA (--xla of train.py)
+        specs = [twin for spec in specs
+                 for twin in (spec, (spec[0] + " xla",) + spec[1:-1] + (True,))]
     if args.only:
         keep = [s.strip() for s in args.only.split(",") if s.strip()]
         specs = [spec for spec in specs if any(k in spec[0] for k in keep)]
@@ -326,6 +331,12 @@ def summarize(cases, samples, steps):
             model=case.config.to_dict()))
     by_name = {r["name"]: r for r in rows}
     checks = []
+    for r in rows:  # XLA twins: paired ratio to the plain case
+        plain = r["name"][: -len(" xla")] if r["name"].endswith(" xla") else None
+        if plain in samples:
+            r["xla_speedup"] = statistics.median(
+                a / b for a, b in zip(samples[plain], samples[r["name"]]))
+            checks.append(f"{r['name']}: {r['xla_speedup']:.2f}x the tokens/s without XLA")
     for precision in ("float32", "mixed_bfloat16"):
         soft = f"wt2_base soft search {precision}"
         for r in rows:
@@ -364,6 +375,9 @@ def parse_args(argv):
                         help="compute-bound batch size (default 16, quick 4)")
     parser.add_argument("--big_dropout", type=float, default=None,
                         help="compute-bound dropout (default: the wt2_large preset's 0.2)")
+    parser.add_argument("--xla", action="store_true",
+                        help="also run every case compiled with XLA (train.py --xla), "
+                        "reporting the XLA/plain tokens/s ratio of each")
     parser.add_argument("--only", default="",
                         help="comma-separated substrings: run only the cases whose name has one")
     parser.add_argument("--out", default=str(RESULTS / "bench_train.json"))
@@ -388,7 +402,8 @@ def measure(args, use_trainer):
     peaks = {"float32": Peak(tf.float32, args.matmul_n), "bfloat16": Peak(tf.bfloat16, args.matmul_n)}
     with tempfile.TemporaryDirectory() as workdir:
         t0 = time.perf_counter()
-        cases = [Case(*spec, workdir, use_trainer) for spec in case_specs(args)]
+        cases = [Case(*spec[:-1], workdir, use_trainer, xla=spec[-1])
+                 for spec in case_specs(args)]
         steps = {}
         for case in cases:  # trace, warm up, calibrate
             case.run(2)

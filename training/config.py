@@ -120,7 +120,9 @@ class TrainConfig:
             many logical devices (0 = off).
         tpu: TPU address for "tpu" ("" = local).
         precision: "float32", "mixed_bfloat16" or "mixed_float16".
-        xla: jit-compile the forward and backward pass.
+        xla: compile the step with XLA (jit_compile=True): on one device the whole
+            step, with several replicas the forward and backward pass; the
+            evaluation step too (model/xla.py: static-shape paths).
         deterministic: enable TensorFlow op determinism (exact resume).
     """
 
