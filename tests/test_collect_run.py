@@ -1,0 +1,54 @@
+"""tools/collect_run.py: a run's small artefacts into docs/results/<name>/, never checkpoints."""
+
+import json
+
+import pytest
+
+from tools import collect_run
+
+LOG = ("I1124 05:55:35.286309 1 loop.py:319] step 5000 valid: nll 4.2559 ppl 70.52 word ppl "
+       "217.46 bpb 1.5066 (274432 tokens)\nI1124 06:06:29.438549 1 loop.py:306] step 5100/52880 "
+       "loss 4.1 ppl 60.3\nI1124 06:06:29 1 loop.py:319] step 7500 valid: nll 4.1551 ppl 63.76 "
+       "word ppl 191.42 bpb 1.4709 (274432 tokens)\n")
+
+
+def _run(tmp_path, **extra):
+    run = tmp_path / "runs" / "my_run"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"max_steps": 9000}))
+    (run / "training_log.log").write_text("step=100 loss=8.5 ppl=5000.0\nstep=200 loss=6.9 "
+                                          "ppl=1009.0\n")
+    (run / "ckpt-200.data-00000-of-00001").write_bytes(b"\0" * 100)
+    for name, content in extra.items():
+        (run / name).write_bytes(content)
+    return run
+
+
+def test_copies_artefacts_and_reports_progress(tmp_path):
+    run = _run(tmp_path, **{"architecture.json": b"{}"})
+    console = tmp_path / "console.txt"
+    console.write_text(LOG)
+    target = collect_run.collect(run, tmp_path / "results", console)
+    assert sorted(p.name for p in target.iterdir()) == [
+        "STATUS.md", "architecture.json", "config.json", "console.log", "training_log.log"]
+    status = (target / "STATUS.md").read_text()
+    assert "in progress" in status and "last logged step 200 of 9000" in status
+    assert "| 5000 | 4.2559 | 70.52 | 217.46 | 1.5066 |" in status
+    assert "| 7500 | 4.1551 | 63.76 | 191.42 | 1.4709 |" in status
+    (run / "metrics.json").write_text("{}")
+    assert "Status: finished" in (collect_run.collect(run, tmp_path / "results") /
+                                  "STATUS.md").read_text()
+
+
+def test_errors_leave_the_previous_copy(tmp_path, capsys):
+    run = _run(tmp_path)
+    target = collect_run.collect(run, tmp_path / "results")
+    (run / "arch_history.json").write_bytes(b" " * (collect_run.MAX_BYTES + 1))
+    assert collect_run.main([str(run), f"--out_dir={tmp_path / 'results'}"]) == 1
+    assert "arch_history.json" in capsys.readouterr().err
+    assert sorted(p.name for p in target.iterdir()) == [
+        "STATUS.md", "config.json", "training_log.log"]
+    with pytest.raises(collect_run.CollectError, match="training run directory"):
+        collect_run.collect(tmp_path, tmp_path / "results")
+    with pytest.raises(collect_run.CollectError, match="does not exist"):
+        collect_run.collect(tmp_path / "nope", tmp_path / "results")

@@ -1,0 +1,128 @@
+r"""Copies a run's small text artefacts into docs/results/<run name>/ for git.
+
+    python tools/collect_run.py runs/wt2_base_lower_20ep
+    python tools/collect_run.py runs/wt2_base_lower_20ep \
+        --console_log=runs/wt2_base_lower_20ep.log   # train.py's output, if kept
+
+Copies config.json, metrics.json, training_log.log, architecture.json,
+architecture.txt, arch_history.json and spans.png (whichever the run has;
+config.json and training_log.log are required) and writes STATUS.md: finished
+or not (metrics.json is written at the end of a run), the last logged step and
+the valid evaluations reached so far, so that a run still in progress can be
+reported for what it reached. Checkpoints and anything over 2 MB are never
+copied. The destination is written to a temporary directory first and then
+swapped in: an error leaves the previous copy as it was. With --console_log
+(train.py's standard output and error, as the README's background commands
+keep it), that log is copied too (console.log) and its periodic valid
+evaluations go into STATUS.md.
+"""
+
+import argparse
+import json
+import pathlib
+import re
+import shutil
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+ARTEFACTS = ("config.json", "metrics.json", "training_log.log", "architecture.json",
+             "architecture.txt", "arch_history.json", "spans.png")
+REQUIRED = ("config.json", "training_log.log")
+MAX_BYTES = 2 * 2**20
+# train.py's line for a periodic evaluation (training/loop.py).
+_VALID_LINE = re.compile(r"step (\d+) valid: nll ([\d.]+) ppl ([\d.]+) word ppl ([\d.]+) "
+                         r"bpb ([\d.]+)")
+
+
+class CollectError(ValueError):
+    """A user-fixable problem with the run directory."""
+
+
+def _valid_rows(console_log):
+    if console_log is None:
+        return []
+    text = pathlib.Path(console_log).read_text(encoding="utf-8", errors="replace")
+    return [dict(zip(("step", "nll", "ppl", "word ppl", "bpb"), (int(m[0]),) + tuple(
+        float(x) for x in m[1:]))) for m in _VALID_LINE.findall(text)]
+
+
+def _status(run_dir, copied, console_log):
+    from training.loop import read_training_log
+
+    train = [r for r in read_training_log(run_dir / "training_log.log") if "loss" in r]
+    valid = _valid_rows(console_log)
+    config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+    finished = "metrics.json" in copied
+    lines = [f"# {run_dir.name}", "",
+             f"Status: {'finished' if finished else 'in progress (no metrics.json yet)'}; "
+             f"last logged step {train[-1]['step'] if train else 0}"
+             + (f" of {config['max_steps']}" if config.get("max_steps") else "") + ".", ""]
+    if valid:
+        lines += ["Valid evaluations (from console.log):", "",
+                  "| step | nll | ppl | word ppl | bits/byte |", "|---:|---:|---:|---:|---:|"]
+        lines += [f"| {r['step']} | {r['nll']:.4f} | {r['ppl']:.2f} | {r['word ppl']:.2f} | "
+                  f"{r['bpb']:.4f} |" for r in valid]
+    lines += ["", f"Files: {', '.join(copied)}.", ""]
+    return "\n".join(lines)
+
+
+def collect(run_dir, out_dir, console_log=None):
+    """Copies the artefacts of `run_dir` to `out_dir/<run name>`; returns that path."""
+    run_dir = pathlib.Path(run_dir)
+    if console_log is not None and not pathlib.Path(console_log).is_file():
+        raise CollectError(f"--console_log={console_log} does not exist")
+    if not run_dir.is_dir():
+        raise CollectError(f"run directory {run_dir} does not exist: pass --model_dir of a run")
+    missing = [name for name in REQUIRED if not (run_dir / name).is_file()]
+    if missing:
+        raise CollectError(f"{run_dir} has no {', '.join(missing)}: is it a training run "
+                           "directory (train.py --model_dir)?")
+    target = pathlib.Path(out_dir) / run_dir.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+        staged = pathlib.Path(scratch) / run_dir.name
+        staged.mkdir()
+        copied = []
+        for name in ARTEFACTS:
+            source = run_dir / name
+            if not source.is_file():
+                continue
+            if source.stat().st_size > MAX_BYTES:
+                raise CollectError(f"{source} is {source.stat().st_size} bytes, over the "
+                                   f"{MAX_BYTES} allowed in git: leave it out or shrink it")
+            shutil.copy2(source, staged / name)
+            copied.append(name)
+        if console_log is not None:
+            if pathlib.Path(console_log).stat().st_size > MAX_BYTES:
+                raise CollectError(f"--console_log={console_log} is over {MAX_BYTES} bytes")
+            shutil.copy2(console_log, staged / "console.log")
+            copied.append("console.log")
+        (staged / "STATUS.md").write_text(_status(run_dir, copied, console_log),
+                                          encoding="utf-8")
+        if target.exists():
+            shutil.rmtree(target)
+        staged.rename(target)
+    return target
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("run_dir", help="the run's --model_dir, e.g. runs/wt2_base_lower_20ep")
+    parser.add_argument("--out_dir", default=str(ROOT / "docs" / "results"))
+    parser.add_argument("--console_log", default=None,
+                        help="train.py's console output of the run (copied, valid lines parsed)")
+    args = parser.parse_args(argv)
+    try:
+        target = collect(args.run_dir, args.out_dir, args.console_log)
+    except CollectError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    print(f"copied to {target}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
