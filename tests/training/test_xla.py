@@ -28,6 +28,8 @@ CASES = {
                       "--span_max=16", "--span_ramp=4", "--span_loss_coef=0.05",
                       "--dropout=0"],
     "bfloat16": ["--precision=mixed_bfloat16", "--dropout=0.1"],
+    # Loss scaling (LossScaleOptimizer's conditional updates) inside the program.
+    "float16": ["--precision=mixed_float16", "--dropout=0"],
 }
 
 
@@ -48,8 +50,9 @@ def test_xla_step_equals_plain_step(tiny_data, tmp_path, case):
     plain = _trainer(config)
     compiled = _trainer(config.replace(model_dir=str(tmp_path / "xla"), xla=True),
                         copy_from=plain)
-    # bfloat16 rounds differently once XLA fuses: compare as bfloat16 allows.
-    rel = 2e-2 if case == "bfloat16" else 1e-5
+    # Half precision rounds differently once XLA fuses: compare as it allows.
+    half = case in ("bfloat16", "float16")
+    rel = 2e-2 if half else 1e-5
     for inputs, targets in _batches(config, STEPS):
         want = plain.train_step(inputs, targets)
         got = compiled.train_step(inputs, targets)
@@ -68,7 +71,7 @@ def test_xla_step_equals_plain_step(tiny_data, tmp_path, case):
              "state": (compiled.global_state(), plain.global_state())}
     for what, (got, want) in pairs.items():
         got, want = _arrays(got), _arrays(want)
-        if case == "bfloat16":
+        if half:
             # Adam moves near-zero biases by +-lr whatever their rounding, so
             # compare whole vectors, not variable by variable.
             got, want = [np.concatenate([a.ravel() for a in got])], [
@@ -79,7 +82,7 @@ def test_xla_step_equals_plain_step(tiny_data, tmp_path, case):
     for a, b in zip(compiled.model.variables, plain.model.variables):
         if id(a) in arch:
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0,
-                                       atol=1e-2 if case == "bfloat16" else 1e-4)
+                                       atol=1e-2 if half else 1e-4)
     # Compiled once: the static paths kept every shape fixed.
     assert compiled._forward_backward.experimental_get_tracing_count() == 1
     assert compiled._step_fn.experimental_get_tracing_count() == 1
