@@ -14,7 +14,7 @@ import pytest
 from tests.training.test_batch_split import _arrays, _assert_close, _batches, _trainer
 
 STEPS = 3
-_BASE = ["--preset=tiny", "--learning_rate=3e-3", "--clip_norm=0.5", "--max_steps=100",
+_BASE = ["--preset=tiny", "--num_blocks=2", "--learning_rate=3e-3", "--clip_norm=0.5", "--max_steps=100",
          "--sample_tokens=0", "--arch_warmup_steps=0", "--eval_mem_len=8"]
 # name -> flags. Full and adaptive softmax (tiny: cutoffs 16, 32), soft and
 # hard search with dropout on, a fixed Transformer-XL, adaptive span with a
@@ -77,12 +77,14 @@ def test_xla_step_equals_plain_step(tiny_data, tmp_path, case):
             got, want = [np.concatenate([a.ravel() for a in got])], [
                 np.concatenate([b.ravel() for b in want])]
         _assert_close(got, want, rel, what)
-    # Architecture logits: Adam normalises their tiny gradients, so the
-    # float32 rounding of the gradient shows in absolute terms.
+    # Architecture logits: their gradients are ~1e-6 (a small difference of
+    # large terms, summed in another order under XLA) and Adam normalises
+    # them, so rounding moves each update by a fraction of the learning rate
+    # (1e-2 per step here): bounded well below one step.
     for a, b in zip(compiled.model.variables, plain.model.variables):
         if id(a) in arch:
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0,
-                                       atol=1e-2 if half else 1e-4)
+                                       atol=1e-2 if half else 1e-3)
     # Compiled once: the static paths kept every shape fixed.
     assert compiled._forward_backward.experimental_get_tracing_count() == 1
     assert compiled._step_fn.experimental_get_tracing_count() == 1
