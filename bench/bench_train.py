@@ -392,6 +392,41 @@ def parse_args(argv):
     return args
 
 
+def warm_up(cases, sample_seconds):
+    """Traces and warms up every case; returns steps per sample of each (calibrated)."""
+    steps = {}
+    for case in cases:
+        case.run(2)
+        steps[case.name] = calibrate(case, sample_seconds)
+    return steps
+
+
+def sample_interleaved(cases, steps, rounds, before_round=None):
+    """Samples the cases round-robin: each round runs every case once, in order.
+
+    Interleaving makes load from other processes hit every case alike, and
+    rounds pair the samples for per-round ratios (`summarize`).
+
+    Args:
+        cases: warmed-up Cases.
+        steps: case name -> steps per sample (`warm_up`).
+        rounds: number of rounds.
+        before_round: optional callable(round index) run at the start of each
+            round (e.g. sampling the matmul peaks).
+
+    Returns:
+        name -> list of seconds per step, one per round.
+    """
+    samples = {case.name: [] for case in cases}
+    for r in range(rounds):
+        if before_round is not None:
+            before_round(r)
+        for case in cases:
+            samples[case.name].append(case.run(steps[case.name]))
+        print(f"round {r + 1}/{rounds} done", flush=True)
+    return samples
+
+
 def measure(args, use_trainer):
     """Builds the cases and samples them round-robin with the matmul peaks.
 
@@ -404,19 +439,16 @@ def measure(args, use_trainer):
         t0 = time.perf_counter()
         cases = [Case(*spec[:-1], workdir, use_trainer, xla=spec[-1])
                  for spec in case_specs(args)]
-        steps = {}
-        for case in cases:  # trace, warm up, calibrate
-            case.run(2)
-            steps[case.name] = calibrate(case, args.sample_seconds)
+        steps = warm_up(cases, args.sample_seconds)
         print(f"built and warmed {len(cases)} cases in {time.perf_counter() - t0:.0f} s "
               f"using {cases[0].step_kind}", flush=True)
-        samples = {name: [] for name in list(peaks) + [c.name for c in cases]}
-        for r in range(args.rounds):
+        samples = {dtype: [] for dtype in peaks}
+
+        def sample_peaks(_):
             for dtype, peak in peaks.items():
                 samples[dtype].append(peak.flops / peak.run(3) / 1e9)
-            for case in cases:
-                samples[case.name].append(case.run(steps[case.name]))
-            print(f"round {r + 1}/{args.rounds} done", flush=True)
+
+        samples.update(sample_interleaved(cases, steps, args.rounds, before_round=sample_peaks))
     return cases, samples, steps
 
 

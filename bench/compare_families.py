@@ -101,13 +101,14 @@ def plan_steps(minutes, seconds_per_step):
     return max(1, int(round(60.0 * minutes / seconds_per_step)))
 
 
-def run_status(run_dir):
+def run_status(run_dir, plan_file=PLAN_FILE):
     """"finished", "planned" (a plan, no final metrics yet), "foreign" or "new".
 
     "foreign": the directory holds a training run that this script did not
     plan (its max_steps is unknown), which it will neither read nor resume.
+    `plan_file` names the plan (a dict with "max_steps") in run_dir.
     """
-    plan = read_json(run_dir / PLAN_FILE)
+    plan = read_json(run_dir / plan_file)
     metrics = read_json(run_dir / "metrics.json")
     if plan is None:
         return "foreign" if (run_dir / "config.json").exists() else "new"
