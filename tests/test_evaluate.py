@@ -18,7 +18,7 @@ import sys
 import numpy as np
 import pytest
 
-from test_generation import LINES, build_data, make_run
+from test_generation import LINES, make_run
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, PYTHONPATH=PROJECT_ROOT, TF_CPP_MIN_LOG_LEVEL="2")
@@ -27,40 +27,21 @@ EVAL_MEM_LEN = 8
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory, shared_data):
+def data(word_data):
     """A word build (V 256, B 4, T 16) of WikiText-2 slices; valid has a 50-id tail."""
-    root = tmp_path_factory.mktemp("eval_data")
-    return build_data(root, shared_data, "word")
-
-
-def _train(data_dir, model_dir, family):
-    import data_utils
-    from model.families import get_family
-    from training.config import TrainConfig
-    from training.loop import train
-
-    meta = data_utils.load_meta(str(data_dir))
-    preset = "tiny" if family == "transformer_xl" else "sha_rnn_tiny"
-    # A fixed Transformer-XL (afaf): a 4-step supernet search may derive no attention.
-    fixed = {"architecture": "transformer_xl"} if family == "transformer_xl" else {}
-    model = get_family(family).preset_config(preset, vocab_size=meta["vocab_size"], **fixed)
-    config = TrainConfig(
-        data_dir=str(data_dir), model_dir=str(model_dir), model=model, model_family=family,
-        preset=preset, batch_size=meta["batch_size"], seq_len=meta["seq_len"],
-        eval_mem_len=EVAL_MEM_LEN, max_steps=4, learning_rate=3e-3, eval_interval=0,
-        eval_max_records=0, checkpoint_interval=0, sample_tokens=0, log_interval=4,
-        logdir=str(model_dir) + "_logs")
-    return train(config)
+    return word_data
 
 
 @pytest.fixture(scope="module")
-def runs(data, tmp_path_factory):
+def runs(trained_run):
     """family -> model_dir of a run trained 4 steps (evaluated on every record)."""
-    root = tmp_path_factory.mktemp("eval_runs")
-    out = {}
-    for family in FAMILIES:
-        _train(data, root / family, family)
-        out[family] = root / family
+    from training.config import TrainConfig
+
+    out = {family: trained_run(family) for family in FAMILIES}
+    for model_dir in out.values():
+        config = TrainConfig.load(model_dir)
+        assert (config.max_steps, config.eval_mem_len, config.eval_max_records) == (
+            4, EVAL_MEM_LEN, 0)
     return out
 
 
