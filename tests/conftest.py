@@ -1,7 +1,10 @@
 """Shared fixtures: the real WikiText-2 copy in ../shared/data, quiet TF, trained runs."""
 
+import json
 import os
 import pathlib
+import subprocess
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -77,3 +80,73 @@ def trained_run(word_data, tmp_path_factory):
 
     return get
 
+
+# Runs the entry script argv[1] once per case of argv[2] (JSON name -> arguments),
+# as `python <script> <arguments>` would, but in this one process: the
+# script's __main__ block runs again for every case with sys.argv set and the
+# flags back at their defaults, with file descriptors 1 and 2 sent to files
+# (C++ logging is caught too). Prints JSON name -> [exit status, stdout, stderr].
+_CLI_CASES_CHILD = r"""
+import json, os, runpy, sys, tempfile, traceback
+from absl import flags
+
+script, cases = sys.argv[1], json.loads(sys.argv[2])
+results = {}
+real_stdout = os.dup(1)
+for name, args in cases.items():
+    flags.FLAGS.unparse_flags()
+    sys.argv = [script, *args]
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved = os.dup(1), os.dup(2)
+        os.dup2(out.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+        try:
+            runpy.run_path(script, run_name="__main__")
+            code = 0
+        except SystemExit as exit:
+            code = exit.code
+            if isinstance(code, str):  # as the interpreter: the message, status 1
+                print(code, file=sys.stderr)
+                code = 1
+            code = code or 0
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+        out.seek(0)
+        err.seek(0)
+        results[name] = [code, out.read().decode(), err.read().decode()]
+os.write(real_stdout, ("CASES " + json.dumps(results) + "\n").encode())
+"""
+
+
+@pytest.fixture(scope="session")
+def cli_cases(project_root):
+    """cli_cases(script, cases, timeout=600) -> name -> (exit status, stdout, stderr).
+
+    Runs `python <script> <arguments>` for every case (name -> argument list)
+    from the project root, one after another in one child process, so that
+    TensorFlow starts once. Each case still runs the script's __main__ block
+    with fresh flags and its own stdout and stderr (at the file descriptor);
+    TensorFlow's start-up output, if any, falls to the first case that
+    imports it.
+    """
+
+    def run(script, cases, timeout=600):
+        env = dict(os.environ, PYTHONPATH=str(project_root), TF_CPP_MIN_LOG_LEVEL="2")
+        child = subprocess.run([sys.executable, "-c", _CLI_CASES_CHILD, script, json.dumps(cases)],
+                               cwd=project_root, env=env, capture_output=True, text=True,
+                               timeout=timeout)
+        lines = [l for l in child.stdout.splitlines() if l.startswith("CASES ")]
+        assert child.returncode == 0 and lines, child.stderr[-3000:]
+        return {name: tuple(result) for name, result in json.loads(lines[-1][6:]).items()}
+
+    return run

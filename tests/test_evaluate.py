@@ -314,7 +314,7 @@ def test_cli_writes_the_librarys_numbers(runs, data, tmp_path):
 
 
 @pytest.mark.slow
-def test_cli_errors_are_one_line_and_write_nothing(runs, tmp_path):
+def test_cli_errors_are_one_line_and_write_nothing(runs, tmp_path, cli_cases):
     txl, sha = runs["transformer_xl"], runs["sha_rnn"]
     no_checkpoint = tmp_path / "untrained"
     no_checkpoint.mkdir()
@@ -342,10 +342,9 @@ def test_cli_errors_are_one_line_and_write_nothing(runs, tmp_path):
                       "clamp_len setting (only transformer_xl models have one): drop "
                       "--clamp_len"),
     }
-    processes = {name: _start(*args) for name, (args, _) in cases.items()}
-    for name, process in processes.items():
-        stdout, stderr = process.communicate(timeout=600)
-        assert process.returncode == 1, (name, stderr[-2000:])
+    results = cli_cases("evaluate.py", {name: args for name, (args, _) in cases.items()})
+    for name, (returncode, stdout, stderr) in results.items():
+        assert returncode == 1, (name, stderr[-2000:])
         assert stderr.strip().splitlines() == [stderr.strip()], (name, stderr)
         assert stderr.startswith(cases[name][1]), (name, stderr)
         assert stdout == ""
