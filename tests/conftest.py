@@ -1,7 +1,10 @@
-"""Shared fixtures: the real WikiText-2 copy in ../shared/data and quiet TF."""
+"""Shared fixtures: the real WikiText-2 copy in ../shared/data, quiet TF, trained runs."""
 
+import json
 import os
 import pathlib
+import subprocess
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -22,3 +25,128 @@ def shared_data() -> pathlib.Path:
 @pytest.fixture(scope="session")
 def project_root() -> pathlib.Path:
     return PROJECT_ROOT
+
+
+@pytest.fixture(scope="session")
+def word_data(tmp_path_factory, shared_data) -> pathlib.Path:
+    """A word build (V 256, B 4, T 16) of WikiText-2 slices; valid has a 50-id tail."""
+    from test_generation import build_data
+
+    return build_data(tmp_path_factory.mktemp("word_data"), shared_data, "word")
+
+
+# The settings of the runs `trained_run` makes.
+TRAINED_RUN_STEPS = 4
+TRAINED_RUN_EVAL_MEM_LEN = 8
+
+
+def _train_tiny_run(data_dir, model_dir, family):
+    import data_utils
+    from model.families import get_family
+    from training.config import TrainConfig
+    from training.loop import train
+
+    meta = data_utils.load_meta(str(data_dir))
+    preset = "tiny" if family == "transformer_xl" else "sha_rnn_tiny"
+    # A fixed Transformer-XL (afaf): a 4-step supernet search may derive no attention.
+    fixed = {"architecture": "transformer_xl"} if family == "transformer_xl" else {}
+    model = get_family(family).preset_config(preset, vocab_size=meta["vocab_size"], **fixed)
+    config = TrainConfig(
+        data_dir=str(data_dir), model_dir=str(model_dir), model=model, model_family=family,
+        preset=preset, batch_size=meta["batch_size"], seq_len=meta["seq_len"],
+        eval_mem_len=TRAINED_RUN_EVAL_MEM_LEN, max_steps=TRAINED_RUN_STEPS,
+        learning_rate=3e-3, eval_interval=0, eval_max_records=0, checkpoint_interval=0,
+        sample_tokens=0, log_interval=TRAINED_RUN_STEPS, logdir=str(model_dir) + "_logs")
+    return train(config)
+
+
+@pytest.fixture(scope="session")
+def trained_run(word_data, tmp_path_factory):
+    """trained_run(family) -> model_dir of a run of the family's tiny preset on `word_data`.
+
+    Trained TRAINED_RUN_STEPS steps by training.loop.train (Transformer-XL as
+    a fixed afaf), evaluated on every record, eval_mem_len
+    TRAINED_RUN_EVAL_MEM_LEN. Made once per session, on first use: tests only
+    read it.
+    """
+    root = tmp_path_factory.mktemp("trained_runs")
+    runs = {}
+
+    def get(family):
+        if family not in runs:
+            _train_tiny_run(word_data, root / family, family)
+            runs[family] = root / family
+        return runs[family]
+
+    return get
+
+
+# Runs the entry script argv[1] once per case of argv[2] (JSON name -> arguments),
+# as `python <script> <arguments>` would, but in this one process: the
+# script's __main__ block runs again for every case with sys.argv set and the
+# flags back at their defaults, with file descriptors 1 and 2 sent to files
+# (C++ logging is caught too). Prints JSON name -> [exit status, stdout, stderr].
+_CLI_CASES_CHILD = r"""
+import json, os, runpy, sys, tempfile, traceback
+from absl import flags
+
+script, cases = sys.argv[1], json.loads(sys.argv[2])
+results = {}
+real_stdout = os.dup(1)
+for name, args in cases.items():
+    flags.FLAGS.unparse_flags()
+    sys.argv = [script, *args]
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved = os.dup(1), os.dup(2)
+        os.dup2(out.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+        try:
+            runpy.run_path(script, run_name="__main__")
+            code = 0
+        except SystemExit as exit:
+            code = exit.code
+            if isinstance(code, str):  # as the interpreter: the message, status 1
+                print(code, file=sys.stderr)
+                code = 1
+            code = code or 0
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+        out.seek(0)
+        err.seek(0)
+        results[name] = [code, out.read().decode(), err.read().decode()]
+os.write(real_stdout, ("CASES " + json.dumps(results) + "\n").encode())
+"""
+
+
+@pytest.fixture(scope="session")
+def cli_cases(project_root):
+    """cli_cases(script, cases, timeout=600) -> name -> (exit status, stdout, stderr).
+
+    Runs `python <script> <arguments>` for every case (name -> argument list)
+    from the project root, one after another in one child process, so that
+    TensorFlow starts once. Each case still runs the script's __main__ block
+    with fresh flags and its own stdout and stderr (at the file descriptor);
+    TensorFlow's start-up output, if any, falls to the first case that
+    imports it.
+    """
+
+    def run(script, cases, timeout=600):
+        env = dict(os.environ, PYTHONPATH=str(project_root), TF_CPP_MIN_LOG_LEVEL="2")
+        child = subprocess.run([sys.executable, "-c", _CLI_CASES_CHILD, script, json.dumps(cases)],
+                               cwd=project_root, env=env, capture_output=True, text=True,
+                               timeout=timeout)
+        lines = [l for l in child.stdout.splitlines() if l.startswith("CASES ")]
+        assert child.returncode == 0 and lines, child.stderr[-3000:]
+        return {name: tuple(result) for name, result in json.loads(lines[-1][6:]).items()}
+
+    return run

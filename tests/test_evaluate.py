@@ -18,7 +18,7 @@ import sys
 import numpy as np
 import pytest
 
-from test_generation import LINES, build_data, make_run
+from test_generation import LINES, make_run
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, PYTHONPATH=PROJECT_ROOT, TF_CPP_MIN_LOG_LEVEL="2")
@@ -27,40 +27,21 @@ EVAL_MEM_LEN = 8
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory, shared_data):
+def data(word_data):
     """A word build (V 256, B 4, T 16) of WikiText-2 slices; valid has a 50-id tail."""
-    root = tmp_path_factory.mktemp("eval_data")
-    return build_data(root, shared_data, "word")
-
-
-def _train(data_dir, model_dir, family):
-    import data_utils
-    from model.families import get_family
-    from training.config import TrainConfig
-    from training.loop import train
-
-    meta = data_utils.load_meta(str(data_dir))
-    preset = "tiny" if family == "transformer_xl" else "sha_rnn_tiny"
-    # A fixed Transformer-XL (afaf): a 4-step supernet search may derive no attention.
-    fixed = {"architecture": "transformer_xl"} if family == "transformer_xl" else {}
-    model = get_family(family).preset_config(preset, vocab_size=meta["vocab_size"], **fixed)
-    config = TrainConfig(
-        data_dir=str(data_dir), model_dir=str(model_dir), model=model, model_family=family,
-        preset=preset, batch_size=meta["batch_size"], seq_len=meta["seq_len"],
-        eval_mem_len=EVAL_MEM_LEN, max_steps=4, learning_rate=3e-3, eval_interval=0,
-        eval_max_records=0, checkpoint_interval=0, sample_tokens=0, log_interval=4,
-        logdir=str(model_dir) + "_logs")
-    return train(config)
+    return word_data
 
 
 @pytest.fixture(scope="module")
-def runs(data, tmp_path_factory):
+def runs(trained_run):
     """family -> model_dir of a run trained 4 steps (evaluated on every record)."""
-    root = tmp_path_factory.mktemp("eval_runs")
-    out = {}
-    for family in FAMILIES:
-        _train(data, root / family, family)
-        out[family] = root / family
+    from training.config import TrainConfig
+
+    out = {family: trained_run(family) for family in FAMILIES}
+    for model_dir in out.values():
+        config = TrainConfig.load(model_dir)
+        assert (config.max_steps, config.eval_mem_len, config.eval_max_records) == (
+            4, EVAL_MEM_LEN, 0)
     return out
 
 
@@ -333,7 +314,7 @@ def test_cli_writes_the_librarys_numbers(runs, data, tmp_path):
 
 
 @pytest.mark.slow
-def test_cli_errors_are_one_line_and_write_nothing(runs, tmp_path):
+def test_cli_errors_are_one_line_and_write_nothing(runs, tmp_path, cli_cases):
     txl, sha = runs["transformer_xl"], runs["sha_rnn"]
     no_checkpoint = tmp_path / "untrained"
     no_checkpoint.mkdir()
@@ -361,10 +342,9 @@ def test_cli_errors_are_one_line_and_write_nothing(runs, tmp_path):
                       "clamp_len setting (only transformer_xl models have one): drop "
                       "--clamp_len"),
     }
-    processes = {name: _start(*args) for name, (args, _) in cases.items()}
-    for name, process in processes.items():
-        stdout, stderr = process.communicate(timeout=600)
-        assert process.returncode == 1, (name, stderr[-2000:])
+    results = cli_cases("evaluate.py", {name: args for name, (args, _) in cases.items()})
+    for name, (returncode, stdout, stderr) in results.items():
+        assert returncode == 1, (name, stderr[-2000:])
         assert stderr.strip().splitlines() == [stderr.strip()], (name, stderr)
         assert stderr.startswith(cases[name][1]), (name, stderr)
         assert stdout == ""

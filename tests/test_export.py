@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from test_generation import build_data, make_run
+from test_generation import make_run
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -110,11 +110,11 @@ def check_exports(run, tmp_path, family_module):
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory, shared_data):
+def run(tmp_path_factory, word_data):
     from serving.generation import load_run
 
     root = tmp_path_factory.mktemp("export_run")
-    make_run(root / "run", build_data(root, shared_data, "word"))
+    make_run(root / "run", word_data)
     return load_run(root / "run")
 
 
@@ -151,26 +151,11 @@ def test_export_errors_leave_nothing_behind(run, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def sha_rnn_run(tmp_path_factory, shared_data):
+def sha_rnn_run(trained_run):
     """A SHA-RNN run trained for a few steps by the generic trainer, loaded for serving."""
-    import data_utils
-    from model.families import get_family
     from serving.generation import load_run
-    from training.config import TrainConfig
-    from training.loop import train
 
-    root = tmp_path_factory.mktemp("sha_rnn_export")
-    data_dir = build_data(root, shared_data, "word")
-    meta = data_utils.load_meta(str(data_dir))
-    family = get_family("sha_rnn")
-    model = family.preset_config("sha_rnn_tiny", vocab_size=meta["vocab_size"])
-    config = TrainConfig(
-        data_dir=str(data_dir), model_dir=str(root / "run"), model=model, model_family="sha_rnn",
-        preset="sha_rnn_tiny", batch_size=meta["batch_size"], seq_len=meta["seq_len"],
-        eval_mem_len=8, max_steps=3, optimizer="lamb", eval_max_records=2, sample_tokens=0,
-        logdir=str(root / "logs"))
-    train(config)
-    return load_run(root / "run")
+    return load_run(trained_run("sha_rnn"))
 
 
 @pytest.mark.slow

@@ -1,7 +1,7 @@
 """generate.py and export.py as a user runs them: train.py for a few steps, then generate.
 
 Few processes on purpose (each imports TensorFlow): one training run, one
-generation, one export, and the error cases run in parallel.
+generation, and the error cases of each script in one process (`cli_cases`).
 """
 
 import os
@@ -70,7 +70,7 @@ def test_generate_cli_matches_the_library(trained):
 
 
 @pytest.mark.slow
-def test_cli_errors_are_one_line(trained, tmp_path):
+def test_cli_errors_are_one_line(trained, tmp_path, cli_cases):
     bad_prompt = tmp_path / "prompt.txt"
     bad_prompt.write_bytes(b"caf\xe9\n")
     cases = {
@@ -84,9 +84,12 @@ def test_cli_errors_are_one_line(trained, tmp_path):
         "export": (["export.py", f"--model_dir={trained}", "--format=keras",
                     f"--output={tmp_path / 'lm.h5'}"], "error: --output="),
     }
-    processes = {name: _start(*args) for name, (args, _) in cases.items()}
-    for name, process in processes.items():
-        code, stdout, stderr = _finish(process)
+    results = {}
+    for script in ("generate.py", "export.py"):
+        results.update(cli_cases(script, {name: args[1:] for name, (args, _) in cases.items()
+                                          if args[0] == script}))
+    assert results.keys() == cases.keys()
+    for name, (code, stdout, stderr) in results.items():
         lines = [line for line in stderr.splitlines() if line.startswith("error:")]
         assert code == 1 and stdout == "", (name, stderr[-2000:])
         assert len(lines) == 1 and lines[0].startswith(cases[name][1]), (name, stderr[-2000:])

@@ -1,7 +1,9 @@
 """tf.distribute: mirrored (2 logical CPUs) and multi-worker agree with one device.
 
 Logical devices and collective ops must be configured before TensorFlow
-starts, so the distributed sides run in child processes.
+starts, so the distributed sides run in child processes: one mirrored child
+and two multi-worker workers, each taking both model families in turn (a
+process per family would pay TensorFlow's start-up again for nothing).
 """
 
 import json
@@ -21,20 +23,23 @@ _TRAIN_FLAGS = ["--learning_rate=3e-3", "--clip_norm=0.5",
                 f"--max_steps={STEPS}", "--log_interval=1", "--eval_max_records=4",
                 "--sample_tokens=0", "--deterministic"]
 # Per family: its tiny preset, dropout off (SHA-RNN: with LAMB, its recipe).
+# Transformer-XL with 2 supernet blocks, not 4: agreement does not depend on
+# depth, and every block adds tracing time to each of the five trainers.
 _FAMILY_FLAGS = {
-    "transformer_xl": ["--preset=tiny", "--dropout=0"],
+    "transformer_xl": ["--preset=tiny", "--num_blocks=2", "--dropout=0"],
     "sha_rnn": ["--model_family=sha_rnn", "--preset=sha_rnn_tiny", "--dropout=0",
                 "--dropout_input=0", "--dropout_hidden=0", "--attn_dropout=0",
                 "--optimizer=lamb"],
 }
 
-# Child: the same global batches through `default`, `mirrored` (2 replicas)
-# and mirrored with --batch_split=2 (gradient accumulation over micro-batches
-# of one row per replica) trainers that start from identical weights. Prints
-# what to compare as JSON and saves the default trainer's final weights for
+# Child: per family (argv[3], JSON family -> flags), the same global batches
+# through `default`, `mirrored` (2 replicas) and mirrored with --batch_split=2
+# (gradient accumulation over micro-batches of one row per replica) trainers
+# that start from identical weights. Prints what to compare as JSON and saves
+# the default trainer's final weights (root/<family>/default_weights.npz) for
 # the multi-worker test.
 _MIRRORED_CHILD = r"""
-import json, sys
+import json, os, sys
 from training.strategy import make_strategy
 mirrored = make_strategy("mirrored", 2)  # before any TensorFlow op
 import numpy as np
@@ -45,45 +50,76 @@ import train as train_cli
 from training.trainer import Trainer
 
 tf.config.experimental.enable_op_determinism()
-data_dir, model_dir, weights_file = sys.argv[1:4]
-fv = train_cli.define_flags(flags.FlagValues())
-fv(["train.py", f"--data_dir={data_dir}", f"--model_dir={model_dir}", *sys.argv[4:]])
-config, _ = train_cli.config_from_flags(fv)
+data_dir, root, family_flags = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 meta = data_utils.load_meta(data_dir)
-one = Trainer(config, meta, tf.distribute.get_strategy())
-two = Trainer(config.replace(strategy="mirrored", num_cpu_replicas=2), meta, mirrored)
-split = Trainer(config.replace(strategy="mirrored", num_cpu_replicas=2, batch_split=2), meta,
-                mirrored)
-for other in (two, split):
-    for a, b in zip(other.model.variables, one.model.variables):
-        a.assign(b)
 
 def arrays(variables):
     return [np.asarray(v, dtype=np.float64) for v in variables]
 
-def pairs(other):
-    return {
-        "weights": (arrays(one.model.variables), arrays(other.model.variables)),
-        "optimizer": (arrays([v for o in one.optimizers.values() for v in o.variables]),
-                      arrays([v for o in other.optimizers.values() for v in o.variables])),
-        "memory": (arrays(one.global_state()), arrays(other.global_state())),
-    }
+def compare(family, flag_list):
+    fv = train_cli.define_flags(flags.FlagValues())
+    fv(["train.py", f"--data_dir={data_dir}", f"--model_dir={root}/{family}/mirrored",
+        *flag_list])
+    config, _ = train_cli.config_from_flags(fv)
+    one = Trainer(config, meta, tf.distribute.get_strategy())
+    two = Trainer(config.replace(strategy="mirrored", num_cpu_replicas=2), meta, mirrored)
+    split = Trainer(config.replace(strategy="mirrored", num_cpu_replicas=2, batch_split=2), meta,
+                    mirrored)
+    for other in (two, split):
+        for a, b in zip(other.model.variables, one.model.variables):
+            a.assign(b)
 
-report = {"replicas": two.replicas, "steps": []}
-for inputs, targets in data_utils.make_dataset(data_dir, "train", meta=meta).take(config.max_steps):
-    a, b = one.train_step(inputs, targets), two.train_step(inputs, targets)
-    c = split.train_step(inputs, targets)
-    row = {"one": a, "two": b, "split": c}
-    for name, other in (("", two), ("split_", split)):
-        compared = pairs(other)
-        row[name + "diff"] = {k: max(float(np.max(np.abs(x - y))) for x, y in zip(*v))
-                              for k, v in compared.items()}
-        row[name + "scale"] = {k: max(float(np.max(np.abs(x))) for x in v[0])
-                               for k, v in compared.items()}
-    report["steps"].append(row)
-report["valid"] = [one.evaluate("valid", 6)["nll"], two.evaluate("valid", 6)["nll"]]
-np.savez(weights_file, *[np.asarray(v) for v in one.model.variables])
-print("REPORT " + json.dumps(report))
+    def pairs(other):
+        return {
+            "weights": (arrays(one.model.variables), arrays(other.model.variables)),
+            "optimizer": (arrays([v for o in one.optimizers.values() for v in o.variables]),
+                          arrays([v for o in other.optimizers.values() for v in o.variables])),
+            "memory": (arrays(one.global_state()), arrays(other.global_state())),
+        }
+
+    report = {"replicas": two.replicas, "steps": []}
+    for inputs, targets in data_utils.make_dataset(data_dir, "train", meta=meta).take(
+            config.max_steps):
+        a, b = one.train_step(inputs, targets), two.train_step(inputs, targets)
+        c = split.train_step(inputs, targets)
+        row = {"one": a, "two": b, "split": c}
+        for name, other in (("", two), ("split_", split)):
+            compared = pairs(other)
+            row[name + "diff"] = {k: max(float(np.max(np.abs(x - y))) for x, y in zip(*v))
+                                  for k, v in compared.items()}
+            row[name + "scale"] = {k: max(float(np.max(np.abs(x))) for x in v[0])
+                                   for k, v in compared.items()}
+        report["steps"].append(row)
+    report["valid"] = [one.evaluate("valid", 6)["nll"], two.evaluate("valid", 6)["nll"]]
+    os.makedirs(f"{root}/{family}", exist_ok=True)
+    np.savez(f"{root}/{family}/default_weights.npz", *[np.asarray(v) for v in one.model.variables])
+    return report
+
+print("REPORT " + json.dumps({family: compare(family, flag_list)
+                              for family, flag_list in sorted(family_flags.items())}))
+"""
+
+# A multi-worker worker (TF_CONFIG in its environment): trains each family
+# (argv[3]) as train.py does, with train.py's flags, into root/<family>/mw.
+# The strategy is made once, before any TensorFlow op, as train.py makes it
+# from --strategy=multi_worker.
+_WORKER_CHILD = r"""
+import json, sys
+from training.strategy import make_strategy
+strategy = make_strategy("multi_worker")
+from absl import flags
+import train as train_cli
+from training.loop import train
+
+data_dir, root, family_flags = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+for family, flag_list in sorted(family_flags.items()):
+    fv = train_cli.define_flags(flags.FlagValues())
+    mw = f"{root}/{family}/mw"
+    fv(["train.py", f"--data_dir={data_dir}", f"--model_dir={mw}", f"--logdir={mw}/logs",
+        "--strategy=multi_worker", *flag_list])
+    config, overwrite = train_cli.config_from_flags(fv)
+    assert config.strategy == "multi_worker"
+    train(config, strategy=strategy, overwrite=overwrite)
 """
 
 
@@ -97,33 +133,40 @@ def _free_ports(count):
     return ports
 
 
-@pytest.fixture(scope="module", params=sorted(_FAMILY_FLAGS))
-def distributed_runs(request, tiny_data, tmp_path_factory, subprocess_env):
-    """Runs the mirrored child and two multi-worker train.py workers concurrently."""
-    flags = _FAMILY_FLAGS[request.param] + _TRAIN_FLAGS
+@pytest.fixture(scope="module")
+def distributed_runs(tiny_data, tmp_path_factory, subprocess_env):
+    """Runs the mirrored child and two multi-worker workers concurrently, both families.
+
+    Returns:
+        family -> (the mirrored child's report, the default trainer's weights
+        file, the multi-worker run directory).
+    """
+    family_flags = json.dumps({family: flags + _TRAIN_FLAGS
+                               for family, flags in _FAMILY_FLAGS.items()})
     root = tmp_path_factory.mktemp("distributed")
-    weights = root / "default_weights.npz"
     cluster = {"worker": [f"127.0.0.1:{p}" for p in _free_ports(2)]}
-    commands = [(["-c", _MIRRORED_CHILD, str(tiny_data), str(root / "mirrored"), str(weights),
-                  *flags], {})]
+    commands = [(_MIRRORED_CHILD, {})]
     for index in range(2):
         tf_config = {"cluster": cluster, "task": {"type": "worker", "index": index}}
-        commands.append((["train.py", f"--data_dir={tiny_data}", f"--model_dir={root / 'mw'}",
-                          f"--logdir={root / 'mw' / 'logs'}", "--strategy=multi_worker",
-                          *flags], {"TF_CONFIG": json.dumps(tf_config)}))
-    procs = [subprocess.Popen([sys.executable, *args], cwd=subprocess_env["PYTHONPATH"],
+        commands.append((_WORKER_CHILD, {"TF_CONFIG": json.dumps(tf_config)}))
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tiny_data), str(root),
+                               family_flags], cwd=subprocess_env["PYTHONPATH"],
                               env=dict(subprocess_env, **env), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for args, env in commands]
-    outputs = [p.communicate(timeout=600) for p in procs]
+                              stderr=subprocess.PIPE, text=True) for code, env in commands]
+    outputs = [p.communicate(timeout=900) for p in procs]
     for proc, (_, err) in zip(procs, outputs):
         assert proc.returncode == 0, err[-3000:]
     line = [l for l in outputs[0][0].splitlines() if l.startswith("REPORT ")][-1]
-    return json.loads(line[len("REPORT "):]), weights, root / "mw"
+    reports = json.loads(line[len("REPORT "):])
+    assert sorted(reports) == sorted(_FAMILY_FLAGS)
+    return {family: (report, root / family / "default_weights.npz", root / family / "mw")
+            for family, report in reports.items()}
 
 
 @pytest.mark.slow
-def test_mirrored_two_cpu_replicas_equals_default(distributed_runs):
-    report, _, _ = distributed_runs
+@pytest.mark.parametrize("family", sorted(_FAMILY_FLAGS))
+def test_mirrored_two_cpu_replicas_equals_default(distributed_runs, family):
+    report, _, _ = distributed_runs[family]
     assert report["replicas"] == 2 and len(report["steps"]) == STEPS
     for step in report["steps"]:
         one, two = step["one"], step["two"]
@@ -143,9 +186,10 @@ def test_mirrored_two_cpu_replicas_equals_default(distributed_runs):
 
 
 @pytest.mark.slow
-def test_mirrored_with_batch_split_equals_default(distributed_runs):
+@pytest.mark.parametrize("family", sorted(_FAMILY_FLAGS))
+def test_mirrored_with_batch_split_equals_default(distributed_runs, family):
     """Two replicas, each running its 2 rows as 2 micro-batches of one row."""
-    report, _, _ = distributed_runs
+    report, _, _ = distributed_runs[family]
     for step in report["steps"]:
         one, split = step["one"], step["split"]
         for key in [k for k in one if k in ("loss", "nll") or k.endswith("grad_norm")]:
@@ -157,11 +201,12 @@ def test_mirrored_with_batch_split_equals_default(distributed_runs):
 
 
 @pytest.mark.slow
-def test_multi_worker_two_local_workers_agree_with_default(distributed_runs):
+@pytest.mark.parametrize("family", sorted(_FAMILY_FLAGS))
+def test_multi_worker_two_local_workers_agree_with_default(distributed_runs, family):
     import tensorflow as tf
     from training.loop import read_training_log
 
-    report, weights, mw = distributed_runs
+    report, weights, mw = distributed_runs[family]
     # Only the chief wrote; the other worker's scratch checkpoints are gone.
     assert not [n for n in os.listdir(mw) if n.startswith(".worker_")]
     logged = [row["loss"] for row in read_training_log(mw / "training_log.log")]

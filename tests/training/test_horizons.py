@@ -18,6 +18,10 @@ import numpy as np
 import pytest
 
 PEAK, FLOOR = 3e-3, 1e-5
+# A supernet of 2 blocks, not the tiny preset's 4, where only schedules and the
+# untrained flag are checked: they do not depend on depth, and every block adds
+# tracing time. (The short search keeps 4: its architecture must visibly move.)
+_TWO_BLOCKS = dict(model_num_blocks=2)
 
 
 class _Stop(Exception):
@@ -54,7 +58,7 @@ def test_resume_with_more_steps_keeps_lr_and_tau(tiny_config_factory, tmp_path):
 
     common = dict(max_steps=20, warmup_steps=2, min_lr=FLOOR, learning_rate=PEAK,
                   log_interval=1, checkpoint_interval=10, eval_max_records=2, sample_tokens=0,
-                  arch_warmup_steps=2)
+                  arch_warmup_steps=2, **_TWO_BLOCKS)
     reference = tiny_config_factory(tmp_path / "reference", **common)
     train(reference)
     resumed = tiny_config_factory(tmp_path / "resumed", **common)
@@ -115,7 +119,7 @@ def test_untrained_derivation_is_flagged(tiny_config_factory, tmp_path, caplog):
 
     caplog.set_level(logging.INFO, logger="absl")
     config = tiny_config_factory(tmp_path / "untrained", max_steps=6, arch_learning_rate=1e-9,
-                                 eval_max_records=2, sample_tokens=0)
+                                 eval_max_records=2, sample_tokens=0, **_TWO_BLOCKS)
     metrics = train(config)
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING
                 and "NOT a search result" in r.getMessage()]

@@ -1,5 +1,13 @@
-"""Exact resume: a run killed with SIGKILL and restarted equals an uninterrupted one."""
+"""Exact resume: a run killed with SIGKILL and restarted equals an uninterrupted one.
 
+Per family, `train.py` is killed with SIGKILL after its checkpoint at step 10
+and restarted in a new process; an uninterrupted run of the same flags is the
+reference. The uninterrupted runs of both families share one process, and so
+do the restarts (each after both kills): a process per family and role would
+pay TensorFlow's start-up again for nothing.
+"""
+
+import json
 import os
 import signal
 import subprocess
@@ -14,17 +22,37 @@ CHECKPOINT_EVERY = 10
 
 
 # Per family: its tiny preset (SHA-RNN with LAMB, its recipe's optimizer).
+# Transformer-XL with 2 supernet blocks, not 4: exact resume does not depend on
+# depth, and every block adds tracing time to each of the three runs.
 _FAMILY_FLAGS = {
-    "transformer_xl": ["--preset=tiny"],
+    "transformer_xl": ["--preset=tiny", "--num_blocks=2"],
     "sha_rnn": ["--model_family=sha_rnn", "--preset=sha_rnn_tiny", "--optimizer=lamb"],
 }
+
+# Trains each run of argv[1] (JSON list of train.py argument lists) in turn,
+# as train.py does: its flags, its config, training.loop.train, under
+# absl.app (which logs INFO, "resuming ...", to stderr).
+_TRAIN_CHILD = r"""
+import json, sys
+from absl import app, flags
+import train as train_cli
+from training.loop import train
+
+def main(_):
+    for args in json.loads(sys.argv[1]):
+        fv = train_cli.define_flags(flags.FlagValues())
+        fv(["train.py", *args])
+        config, overwrite = train_cli.config_from_flags(fv)
+        train(config, overwrite=overwrite)
+
+app.run(main, argv=["train_child"])
+"""
 
 
 def _flags(data_dir, model_dir, family):
     # Dropout on, so the restored dropout RNG state matters; log_interval 3 so
     # the checkpoint at step 10 falls inside a logging interval.
-    return ["train.py", *_FAMILY_FLAGS[family], f"--data_dir={data_dir}",
-            f"--model_dir={model_dir}",
+    return [*_FAMILY_FLAGS[family], f"--data_dir={data_dir}", f"--model_dir={model_dir}",
             f"--logdir={model_dir}/logs", f"--max_steps={STEPS}", "--dropout=0.1",
             "--learning_rate=3e-3", "--warmup_steps=5", "--log_interval=3",
             f"--checkpoint_interval={CHECKPOINT_EVERY}", "--eval_interval=20",
@@ -40,37 +68,78 @@ def _variables(model_dir, step):
     return {n: reader.get_tensor(n) for n in names}
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("family", sorted(_FAMILY_FLAGS))
-def test_sigkill_and_restart_equals_uninterrupted_run(tiny_data, tmp_path, run_python,
-                                                      subprocess_env, family):
+@pytest.fixture(scope="module")
+def resumed_runs(tiny_data, tmp_path_factory, subprocess_env):
+    """Both families: uninterrupted runs, and runs killed after step 10 and restarted.
+
+    Returns:
+        family -> dict: reference and resumed run directories, whether the
+        killed run had written metrics.json, its training log when killed,
+        and the restart's stderr.
+    """
     from training.loop import read_training_log
 
-    reference, resumed = tmp_path / "reference", tmp_path / "resumed"
-    env, root = subprocess_env, subprocess_env["PYTHONPATH"]
-    # The uninterrupted run and the run to be killed go in parallel.
-    ref_proc = subprocess.Popen([sys.executable, *_flags(tiny_data, reference, family)], cwd=root,
-                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                text=True)
-    victim = subprocess.Popen([sys.executable, *_flags(tiny_data, resumed, family)], cwd=root, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    state_file = resumed / "checkpoint"
-    deadline = time.time() + 600
-    while time.time() < deadline and victim.poll() is None:
-        if state_file.exists() and f"ckpt-{CHECKPOINT_EVERY}" in state_file.read_text():
-            break
-        time.sleep(0.02)
-    victim.send_signal(signal.SIGKILL)
-    victim.wait()
-    assert not (resumed / "metrics.json").exists(), "the run finished before it was killed"
-    killed_log = read_training_log(resumed / "training_log.log")
-    assert killed_log and killed_log[-1]["step"] >= CHECKPOINT_EVERY - 1
+    root = tmp_path_factory.mktemp("resume")
+    env, cwd = subprocess_env, subprocess_env["PYTHONPATH"]
+    families = sorted(_FAMILY_FLAGS)
+    dirs = {f: (root / f / "reference", root / f / "resumed") for f in families}
 
-    restart = run_python(_flags(tiny_data, resumed, family))
-    assert restart.returncode == 0, restart.stderr[-3000:]
-    assert "resuming" in restart.stderr
-    _, ref_err = ref_proc.communicate(timeout=600)
-    assert ref_proc.returncode == 0, ref_err[-3000:]
+    def start(args, **kwargs):
+        return subprocess.Popen([sys.executable, *args], cwd=cwd, env=env, text=True, **kwargs)
+
+    # The uninterrupted runs and the runs to be killed go in parallel.
+    ref_log = open(root / "references.stderr", "w+", encoding="utf-8")  # not a pipe: no
+    references = start(["-c", _TRAIN_CHILD, json.dumps(  # blocking while no one reads it
+        [_flags(tiny_data, dirs[f][0], f) for f in families])], stdout=subprocess.DEVNULL,
+        stderr=ref_log)
+    victims = {f: start(["train.py", *_flags(tiny_data, dirs[f][1], f)],
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+               for f in families}
+    deadline = time.time() + 600
+    alive = dict(victims)
+    while alive and time.time() < deadline:
+        for family, victim in list(alive.items()):
+            state_file = dirs[family][1] / "checkpoint"
+            if victim.poll() is not None or (
+                    state_file.exists() and f"ckpt-{CHECKPOINT_EVERY}" in state_file.read_text()):
+                victim.send_signal(signal.SIGKILL)
+                victim.wait()
+                del alive[family]
+        time.sleep(0.02)
+    out = {}
+    for family in families:
+        victims[family].kill()
+        victims[family].wait()
+        resumed = dirs[family][1]
+        out[family] = dict(reference=dirs[family][0], resumed=resumed,
+                           finished=(resumed / "metrics.json").exists(),
+                           killed_log=read_training_log(resumed / "training_log.log"))
+
+    restart = start(["-c", _TRAIN_CHILD, json.dumps(
+        [_flags(tiny_data, dirs[f][1], f) for f in families])], stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE)
+    _, restart_err = restart.communicate(timeout=600)
+    assert restart.returncode == 0, restart_err[-3000:]
+    references.wait(timeout=600)
+    with ref_log:
+        ref_log.seek(0)
+        assert references.returncode == 0, ref_log.read()[-3000:]
+    for family in families:
+        out[family]["restart_stderr"] = restart_err
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", sorted(_FAMILY_FLAGS))
+def test_sigkill_and_restart_equals_uninterrupted_run(resumed_runs, family):
+    from training.loop import read_training_log
+
+    run = resumed_runs[family]
+    reference, resumed = run["reference"], run["resumed"]
+    assert not run["finished"], "the run finished before it was killed"
+    killed_log = run["killed_log"]
+    assert killed_log and killed_log[-1]["step"] >= CHECKPOINT_EVERY - 1
+    assert f"resuming {resumed} at step " in run["restart_stderr"]
 
     ref_log = read_training_log(reference / "training_log.log")
     res_log = read_training_log(resumed / "training_log.log")

@@ -4,8 +4,6 @@ import dataclasses
 import json
 import os
 import shutil
-import subprocess
-import sys
 import types
 
 import pytest
@@ -164,25 +162,20 @@ def test_train_rejects_before_writing(parse, tmp_path):
 
 
 @pytest.mark.slow
-def test_cli_errors_are_one_line_and_write_nothing(tiny_data, tmp_path, subprocess_env):
+def test_cli_errors_are_one_line_and_write_nothing(tiny_data, tmp_path, cli_cases):
     flagfile = tmp_path / "bad.flags"
     flagfile.write_text(f"--data_dir={tiny_data}\n--model_dir={tmp_path / 'b'}\n"
                         "--preset=tiny\n--cutoffs=100,300\n")
     commands = {
-        "missing": ["train.py", f"--data_dir={tmp_path / 'nowhere'}",
-                    f"--model_dir={tmp_path / 'a'}"],
-        "cutoffs": ["train.py", f"--flagfile={flagfile}"],
-        "batch_split": ["train.py", f"--data_dir={tiny_data}", f"--model_dir={tmp_path / 'c'}",
+        "missing": [f"--data_dir={tmp_path / 'nowhere'}", f"--model_dir={tmp_path / 'a'}"],
+        "cutoffs": [f"--flagfile={flagfile}"],
+        "batch_split": [f"--data_dir={tiny_data}", f"--model_dir={tmp_path / 'c'}",
                         "--preset=tiny", "--batch_split=3"],
     }
-    procs = {k: subprocess.Popen([sys.executable, *args], cwd=subprocess_env["PYTHONPATH"],
-                                 env=subprocess_env, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True)
-             for k, args in commands.items()}
-    results = {k: (p.communicate(timeout=300)[1], p.returncode) for k, p in procs.items()}
+    results = cli_cases("train.py", commands, timeout=300)
     for name, needle in (("missing", "meta.json"), ("cutoffs", "--cutoffs=auto"),
                          ("batch_split", "--batch_split=3: must divide --batch_size=4")):
-        stderr, code = results[name]
+        code, _, stderr = results[name]
         errors = [l for l in stderr.splitlines() if l.startswith("error:")]
         assert code == 1 and len(errors) == 1 and needle in errors[0], stderr[-2000:]
         assert "Traceback" not in stderr
