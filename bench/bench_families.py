@@ -37,11 +37,8 @@ Results: bench/results/bench_families.json and a Markdown table on stdout.
 """
 
 import argparse
-import json
 import os
 import pathlib
-import platform
-import shlex
 import statistics
 import sys
 import tempfile
@@ -56,7 +53,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bench_train import Peak, zipf_ids  # noqa: E402
+from bench_train import Peak, command_line, machine_info, write_results, zipf_ids  # noqa: E402
 from model import families, flops  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
@@ -410,7 +407,7 @@ def parse_args(argv):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
-    command = "python " + " ".join(shlex.quote(a) for a in [sys.argv[0]] + argv)
+    command = command_line(sys.argv[0], argv)
     print(f"command: {command}", flush=True)
     t0 = time.perf_counter()
     if args.sha_rnn_mem_len is None:
@@ -460,14 +457,10 @@ def main(argv=None):
                              shape=describe(config), config=config.to_dict())
                  for label, (family, preset, config, (total, io), ok) in matched.items()},
         sha_rnn_mem_len=args.sha_rnn_mem_len,
-        machine=dict(platform=platform.platform(), cpus=os.cpu_count(),
-                     tensorflow=tf.__version__, keras=keras.__version__,
-                     loadavg_start=load_start, loadavg_end=load_end),
+        machine=machine_info(load_start, load_end),
         matmul_gflops_samples=peaks, rows=rows, warnings=warnings, markdown=table,
         elapsed_s=time.perf_counter() - t0)
-    out = pathlib.Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    out = write_results(result, args.out)
     print(f"\nresults written to {out}")
     return result
 

@@ -36,11 +36,8 @@ Results: bench/results/bench_generation.json and a Markdown table on stdout.
 """
 
 import argparse
-import json
 import os
 import pathlib
-import platform
-import shlex
 import statistics
 import sys
 import time
@@ -50,11 +47,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bench_train import Peak, zipf_ids  # noqa: E402
+from bench_train import Peak, command_line, machine_info, write_results, zipf_ids  # noqa: E402
 from model import families  # noqa: E402
 from serving.generation import Decoder  # noqa: E402
 
@@ -321,7 +317,7 @@ def parse_args(argv):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
-    command = "python " + " ".join(shlex.quote(a) for a in ["bench/bench_generation.py"] + argv)
+    command = command_line("bench/bench_generation.py", argv)
     print(f"command: {command}", flush=True)
     t0 = time.perf_counter()
     try:
@@ -354,14 +350,10 @@ def main(argv=None):
                              tracing_counts={m: d.tracing_counts()["forward"]
                                              for m, d in info["decoders"].items()})
                 for preset, info in models.items()},
-        machine=dict(platform=platform.platform(), cpus=os.cpu_count(),
-                     tensorflow=tf.__version__, keras=keras.__version__,
-                     loadavg_start=load_start, loadavg_end=load_end),
+        machine=machine_info(load_start, load_end),
         matmul_gflops_samples=gflops, rows=rows, pairs=pairs, warnings=warnings, markdown=table,
         elapsed_s=time.perf_counter() - t0)
-    out = pathlib.Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    out = write_results(result, args.out)
     print(f"\nresults written to {out}")
     return result
 

@@ -55,6 +55,28 @@ from model import flops  # noqa: E402
 RESULTS = ROOT / "bench" / "results"
 
 
+# ------------------------------------------------------- shared by the benches
+
+
+def command_line(script, argv):
+    """The command that reproduces this run, for the results and the README."""
+    return "python " + " ".join(shlex.quote(a) for a in [script] + list(argv))
+
+
+def machine_info(load_start, load_end):
+    """What the figures were measured on, with the load averages around the run."""
+    return dict(platform=platform.platform(), cpus=os.cpu_count(), tensorflow=tf.__version__,
+                keras=keras.__version__, loadavg_start=load_start, loadavg_end=load_end)
+
+
+def write_results(result, out):
+    """Writes `result` as indented JSON to `out` (parents created); returns the Path."""
+    out = pathlib.Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    return out
+
+
 # ------------------------------------------------------------------ matmul peak
 
 
@@ -455,7 +477,7 @@ def measure(args, use_trainer):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
-    command = "python " + " ".join(shlex.quote(a) for a in [sys.argv[0]] + argv)
+    command = command_line(sys.argv[0], argv)
     print(f"command: {command}", flush=True)
     use_trainer = trainer_available() and not args.local_step
     load_start = os.getloadavg()
@@ -475,14 +497,10 @@ def main(argv=None):
                 "so the figures are noisy")
     print(f"\n{table}\n\n" + "\n".join(checks))
     result = dict(command=command, step=cases[0].step_kind, rounds=args.rounds,
-                  machine=dict(platform=platform.platform(), cpus=os.cpu_count(),
-                               tensorflow=tf.__version__, keras=keras.__version__,
-                               loadavg_start=load_start, loadavg_end=load_end),
+                  machine=machine_info(load_start, load_end),
                   peak_gflops={k: statistics.median(v) for k, v in peaks.items()},
                   peak_samples=peaks, rows=rows, checks=checks, markdown=table)
-    out = pathlib.Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    out = write_results(result, args.out)
     print(f"\nresults written to {out}")
     return result
 

@@ -39,11 +39,8 @@ Results: bench/results/profile_step.json and Markdown tables on stdout.
 import argparse
 import bisect
 import collections
-import json
 import os
 import pathlib
-import platform
-import shlex
 import statistics
 import sys
 import tempfile
@@ -332,7 +329,7 @@ def parse_args(argv):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
-    command = "python " + " ".join(shlex.quote(a) for a in ["bench/profile_step.py"] + argv)
+    command = bench_train.command_line("bench/profile_step.py", argv)
     print(f"command: {command}", flush=True)
     load_start = os.getloadavg()
     with tempfile.TemporaryDirectory() as workdir:
@@ -346,13 +343,9 @@ def main(argv=None):
             print(f"\n{r['label']}: largest 'other' ops: " + ", ".join(
                 f"{o['name']} {o['ms']:.2f} ms" for o in others))
     result = dict(command=command, steps=args.steps, warmup=args.warmup,
-                  machine=dict(platform=platform.platform(), cpus=os.cpu_count(),
-                               tensorflow=tf.__version__, keras=keras.__version__,
-                               loadavg_start=load_start, loadavg_end=load_end),
+                  machine=bench_train.machine_info(load_start, load_end),
                   categories=CATEGORIES, cases=results, markdown=markdown)
-    out = pathlib.Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    out = bench_train.write_results(result, args.out)
     print(f"\nresults written to {out} (load average {load_start[0]:.1f} at the start, "
           f"{load_end[0]:.1f} at the end)")
     return result

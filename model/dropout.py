@@ -23,7 +23,6 @@ drawn from ceil(n / 4) random words.
 import contextlib
 import math
 
-
 import keras
 import tensorflow as tf
 

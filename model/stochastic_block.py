@@ -62,6 +62,12 @@ def gumbel_noise(seed, block_index, step):
     return -tf.math.log(-tf.math.log(uniform))
 
 
+def _mix(weights, branches, dtype):
+    """sum_k weights[k] * branches[k](): every candidate computed. [C], callables -> [B, T, D]."""
+    weights = tf.cast(weights, dtype)  # [C]
+    return tf.add_n([weights[k] * branch() for k, branch in enumerate(branches)])
+
+
 def make_attention(kind, name, dtype, **kwargs):
     """Builds an attention sub-layer; shared with the fixed-architecture model.
 
@@ -263,8 +269,7 @@ class StochasticBlock(keras.layers.Layer):
         mode = self.search_mode if training else self.eval_mode
         weights = self.mixing_weights(tau, step, training)  # [C] float32
         if mode in ("soft", "expected"):
-            mix = tf.cast(weights, self.compute_dtype)  # [C]
-            return tf.add_n([mix[k] * branch() for k, branch in enumerate(branches)])
+            return _mix(weights, branches, self.compute_dtype)
         choice = tf.argmax(weights, output_type=tf.int32)
         if mode == "argmax":  # evaluation: no gradient, no dropout
             return tf.switch_case(choice, branches)  # only the chosen candidate runs
@@ -291,8 +296,7 @@ class StochasticBlock(keras.layers.Layer):
             branches = self._branches(x, mem, training, rel_bias)
             if not xla.compiling_with_xla():
                 return tf.switch_case(choice, branches)  # only the chosen candidate runs
-            onehot = tf.one_hot(choice, len(CANDIDATES), dtype=self.compute_dtype)  # [C]
-            return tf.add_n([onehot[k] * branch() for k, branch in enumerate(branches)])
+            return _mix(tf.one_hot(choice, len(CANDIDATES)), branches, self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         return input_shape
