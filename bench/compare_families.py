@@ -124,6 +124,15 @@ def read_json(path):
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+def built_meta(data_dir):
+    """meta.json of the dataset built in `data_dir`, or None after printing the error."""
+    meta = read_json(pathlib.Path(data_dir) / "meta.json")
+    if meta is None:
+        print(f"error: no built dataset in --data_dir={data_dir} (meta.json missing): run "
+              "./create_tfrecords.sh (12k sentencepiece WikiText-2) or pass --data_dir",
+              file=sys.stderr)
+    return meta
+
 def write_json(path, value):
     """Writes JSON atomically (a temporary file renamed)."""
     path = pathlib.Path(path)
@@ -376,11 +385,8 @@ def main(argv=None):
     args = parse_args(argv)
     command = "python " + shlex.join([sys.argv[0]] + argv)
     print(f"command: {command}", flush=True)
-    meta = read_json(pathlib.Path(args.data_dir) / "meta.json")
+    meta = built_meta(args.data_dir)
     if meta is None:
-        print(f"error: no built dataset in --data_dir={args.data_dir} (meta.json missing): run "
-              "./create_tfrecords.sh (12k sentencepiece WikiText-2) or pass --data_dir",
-              file=sys.stderr)
         return 1
     sys.path.insert(0, str(ROOT / "bench"))
     matched = matched_flags(meta) if args.match_params else None

@@ -75,7 +75,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from compare_families import close_killed_attempts, read_json, run_status, tail, write_json  # noqa: E402,I001
+from compare_families import (  # noqa: E402,I001
+    built_meta, close_killed_attempts, read_json, run_status, tail, write_json)
 
 RESULTS = ROOT / "bench" / "results"
 BASE_MODEL = ROOT / "base_model.sh"
@@ -582,11 +583,8 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     command = "python " + shlex.join(["bench/cost_sweep.py"] + argv)
-    meta = read_json(pathlib.Path(args.data_dir) / "meta.json")
+    meta = built_meta(args.data_dir)
     if meta is None:
-        print(f"error: no built dataset in --data_dir={args.data_dir} (meta.json missing): "
-              "run ./create_tfrecords.sh (12k sentencepiece WikiText-2) or pass --data_dir",
-              file=sys.stderr)
         return 1
     signal.signal(signal.SIGTERM, _terminate)
     print(f"command: {command}", flush=True)
