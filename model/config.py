@@ -24,6 +24,7 @@ SUPERNET = "supernet"
 TRANSFORMER_XL = "transformer_xl"
 ATTENTIONS = ("relative", "adaptive_span")
 SEARCH_MODES = ("soft", "hard")
+HARD_GRADIENTS = ("all", "chosen")
 EVAL_MODES = ("argmax", "expected")
 _TUPLE_FIELDS = ("cutoffs", "proj_dims")
 
@@ -209,6 +210,9 @@ class ModelConfig(DictConfig):
         span_init: initial span fraction s_h in [0, 1].
         span_loss_coef: lambda of the span loss lambda * mean_h(z_h).
         search_mode: "soft" (mix all candidates) or "hard" (straight-through).
+        hard_gradient: hard search's architecture gradient: "all" (every
+            candidate's output, the straight-through Gumbel-softmax estimator)
+            or "chosen" (the chosen candidate's alone; cheapest).
         eval_mode: "argmax" or "expected" candidate weights at evaluation.
         seed: seed of the Gumbel noise (with the block index and the step).
     """
@@ -250,6 +254,11 @@ class ModelConfig(DictConfig):
     search_mode: str = _field(
         "soft", "Supernet search: soft mixes all candidates, hard samples one "
         "(straight-through).", SEARCH_MODES)
+    hard_gradient: str = _field(
+        "all", "Hard search's architecture gradient: all = every candidate's output (forward of "
+        "all three, backward of the chosen one; straight-through Gumbel-softmax), chosen = the "
+        "chosen candidate's output only (forward and backward of one candidate; tends to collapse "
+        "to identity).", HARD_GRADIENTS)
     eval_mode: str = _field("argmax", "Supernet blocks at evaluation.", EVAL_MODES)
     seed: int = _field(0, "Seed of initialisation, dropout and Gumbel noise.")
 
@@ -328,6 +337,9 @@ class ModelConfig(DictConfig):
                 )
         if self.search_mode not in SEARCH_MODES:
             raise ValueError(f"search_mode must be one of {SEARCH_MODES}, got {self.search_mode!r}")
+        if self.hard_gradient not in HARD_GRADIENTS:
+            raise ValueError(
+                f"hard_gradient must be one of {HARD_GRADIENTS}, got {self.hard_gradient!r}")
         if self.eval_mode not in EVAL_MODES:
             raise ValueError(f"eval_mode must be one of {EVAL_MODES}, got {self.eval_mode!r}")
 

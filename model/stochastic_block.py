@@ -14,9 +14,19 @@ Size glossary:
 The block owns architecture logits `alpha` [C] and, while training, mixes its
 candidates `f_k` with `w = softmax((alpha + g) / tau)`, `g = -log(-log U)`:
     soft: y = sum_k w_k f_k(x)                      (all candidates computed)
-    hard: k = argmax(w), y = f_k(x) * (1 + w_k - stop_gradient(w_k))
-          (only f_k computed; the value is f_k(x) exactly, and the gradient
-          reaches alpha through w_k: straight-through).
+    hard: k = argmax(w); the value is f_k(x) exactly and only f_k's
+          weights are trained. The architecture gradient (`hard_gradient`):
+      "all":    y = sum_j (onehot_j + w_j - stop_gradient(w_j)) f_j(x), the
+                straight-through Gumbel-softmax estimator (Jang et al. 2017):
+                dL/dw_j = <dL/dy, f_j(x)> for every candidate, so alpha learns
+                which candidate would lower the loss. Every candidate runs
+                forward; only f_k runs backward (the others are
+                stop_gradient'ed).
+      "chosen": y = f_k(x) * (1 + w_k - stop_gradient(w_k)), only f_k
+                computed (a step costs one candidate). dL/dw_k = <dL/dy,
+                f_k(x)> only says whether scaling the chosen output helps,
+                not which candidate is better; on WikiText-2 every such
+                search drifted to identity (README, "A cost-aware search").
 At evaluation there is no noise: "argmax" computes only argmax(alpha)'s
 candidate, "expected" mixes all of them with softmax(alpha).
 
@@ -24,6 +34,8 @@ The noise U is a stateless function of (seed, block_index, step), so a resumed
 run draws the same architectures, and all replicas of a distributed step draw
 the same one.
 """
+
+import functools
 
 import keras
 import tensorflow as tf
@@ -36,6 +48,7 @@ from model.relative_attention import RelativeMultiHeadAttention
 
 CANDIDATES = ("attention", "dense", "identity")
 _SEARCH_MODES = ("soft", "hard")
+_HARD_GRADIENTS = ("all", "chosen")
 _EVAL_MODES = ("argmax", "expected")
 _ATTENTIONS = ("relative", "adaptive_span")
 # Keeps U inside (0, 1) so that -log(-log U) stays finite in float32.
@@ -114,6 +127,8 @@ class StochasticBlock(keras.layers.Layer):
         span_init: float, initial span fraction.
         span_loss_coef: float, span loss coefficient lambda.
         search_mode: "soft" or "hard" (see the module docstring).
+        hard_gradient: "all" or "chosen", hard search's architecture
+            gradient (see the module docstring).
         eval_mode: "argmax" or "expected".
         seed: int, seed of the Gumbel noise.
         block_index: int, position of this block (decorrelates the noise).
@@ -144,6 +159,7 @@ class StochasticBlock(keras.layers.Layer):
         span_init=0.0,
         span_loss_coef=2e-6,
         search_mode="soft",
+        hard_gradient="all",
         eval_mode="argmax",
         seed=0,
         block_index=0,
@@ -152,6 +168,9 @@ class StochasticBlock(keras.layers.Layer):
         super().__init__(**kwargs)
         if search_mode not in _SEARCH_MODES:
             raise ValueError(f"search_mode must be one of {_SEARCH_MODES}, got {search_mode!r}")
+        if hard_gradient not in _HARD_GRADIENTS:
+            raise ValueError(
+                f"hard_gradient must be one of {_HARD_GRADIENTS}, got {hard_gradient!r}")
         if eval_mode not in _EVAL_MODES:
             raise ValueError(f"eval_mode must be one of {_EVAL_MODES}, got {eval_mode!r}")
         self.d_model = int(d_model)
@@ -170,6 +189,7 @@ class StochasticBlock(keras.layers.Layer):
         self.span_init = float(span_init)
         self.span_loss_coef = float(span_loss_coef)
         self.search_mode = str(search_mode)
+        self.hard_gradient = str(hard_gradient)
         self.eval_mode = str(eval_mode)
         self.seed = int(seed)
         self.block_index = int(block_index)
@@ -273,30 +293,59 @@ class StochasticBlock(keras.layers.Layer):
         choice = tf.argmax(weights, output_type=tf.int32)
         if mode == "argmax":  # evaluation: no gradient, no dropout
             return tf.switch_case(choice, branches)  # only the chosen candidate runs
-        y = self._hard_choice(choice, x, mem, training, rel_bias)
+        # Every candidate's dropout seeds are drawn first, whichever runs, so
+        # that the masks do not depend on the path taken below.
+        layers = self.attention_layer.dropout_layers + self.dense_layer.dropout_layers
+        dropouts, seeds = draw_seeds(layers if training else [])
+        with fixed_seeds(dropouts, seeds):
+            branches = self._branches(x, mem, training, rel_bias)
+            if self.hard_gradient == "all":
+                return self._hard_all(choice, weights, branches)
+            return self._hard_chosen(choice, weights, branches)
+
+    def _hard_all(self, choice, weights, branches):
+        """Straight-through Gumbel-softmax: [B, T, D], the value of f_k alone.
+
+        Weights h = onehot + w - stop_gradient(w) are exactly one-hot in value
+        (w - sg(w) == 0), so y = f_k(x) bit for bit, while dL/dw_j =
+        <dL/dy, f_j(x)> for every j. The other candidates' outputs enter
+        under stop_gradient: their weights get no gradient and their
+        backward pass is not computed. Under XLA (model/xla.py) every output
+        enters with its gradient path (the unchosen ones are multiplied by a
+        zero weight, so the same gradients) instead of a `switch_case`.
+        """
+        num = len(CANDIDATES)
+        hard = tf.one_hot(choice, num) + (weights - tf.stop_gradient(weights))  # [C], exactly one-hot
+        if xla.compiling_with_xla():
+            return _mix(hard, branches, self.compute_dtype)
+
+        def outputs(k):  # [C, B, T, D]: candidate k with its gradient, the others without
+            return tf.stack([
+                branch() if j == k else tf.stop_gradient(branch())
+                for j, branch in enumerate(branches)
+            ])  # fmt: skip
+
+        stacked = tf.switch_case(choice, [functools.partial(outputs, k) for k in range(num)])
+        return tf.add_n([tf.cast(hard[j], self.compute_dtype) * stacked[j] for j in range(num)])
+
+    def _hard_chosen(self, choice, weights, branches):
+        """Candidate `choice` alone, gradient to its logit only: [B, T, D].
+
+        Without XLA only the chosen candidate runs (`tf.switch_case`). Under
+        XLA (model/xla.py), whose `switch_case` gradient carries every
+        branch's intermediates, every candidate runs and a one-hot weight
+        selects the chosen one: the same value (1 * y + 0 * others) and the
+        same gradients.
+        """
+        if not xla.compiling_with_xla():
+            y = tf.switch_case(choice, branches)  # only the chosen candidate runs
+        else:
+            y = _mix(tf.one_hot(choice, len(CANDIDATES)), branches, self.compute_dtype)
         # Straight-through: the factor is exactly 1 in value (w - sg(w) == 0)
         # while d y / d w_k = f_k(x) carries the gradient to alpha.
         chosen = tf.gather(weights, choice)
         factor = 1.0 + (chosen - tf.stop_gradient(chosen))
         return y * tf.cast(factor, self.compute_dtype)
-
-    def _hard_choice(self, choice, x, mem, training, rel_bias):
-        """The output of candidate `choice` alone: [B, T, D].
-
-        Every candidate's dropout seeds are drawn first, whichever runs, so
-        that the masks do not depend on the path below. Without XLA only the
-        chosen candidate runs (`tf.switch_case`). Under XLA (model/xla.py),
-        whose `switch_case` gradient carries every branch's intermediates,
-        every candidate runs and a one-hot weight selects the chosen one:
-        the same value (1 * y + 0 * others) and the same gradients.
-        """
-        layers = self.attention_layer.dropout_layers + self.dense_layer.dropout_layers
-        dropouts, seeds = draw_seeds(layers if training else [])
-        with fixed_seeds(dropouts, seeds):
-            branches = self._branches(x, mem, training, rel_bias)
-            if not xla.compiling_with_xla():
-                return tf.switch_case(choice, branches)  # only the chosen candidate runs
-            return _mix(tf.one_hot(choice, len(CANDIDATES)), branches, self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         return input_shape
@@ -321,6 +370,7 @@ class StochasticBlock(keras.layers.Layer):
                 "span_init": self.span_init,
                 "span_loss_coef": self.span_loss_coef,
                 "search_mode": self.search_mode,
+                "hard_gradient": self.hard_gradient,
                 "eval_mode": self.eval_mode,
                 "seed": self.seed,
                 "block_index": self.block_index,

@@ -52,9 +52,10 @@ def candidates(block, x, mem, training):
     ]
 
 
-def test_hard_sample_equals_the_chosen_candidate_exactly(inputs):
+@pytest.mark.parametrize("hard_gradient", ["all", "chosen"])
+def test_hard_sample_equals_the_chosen_candidate_exactly(inputs, hard_gradient):
     x, mem = inputs
-    block = make_block(search_mode="hard")
+    block = make_block(search_mode="hard", hard_gradient=hard_gradient)
     outputs = candidates(block, x, mem, training=True)
     seen = set()
     for step in range(40):
@@ -83,10 +84,10 @@ def test_soft_weights_sum_to_one_and_mix_the_candidates(inputs):
         np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("search_mode", ["soft", "hard"])
-def test_gradients_reach_the_architecture_logits(inputs, search_mode):
+@pytest.mark.parametrize("search_mode,hard_gradient", [("soft", "all"), ("hard", "all"), ("hard", "chosen")])
+def test_gradients_reach_the_architecture_logits(inputs, search_mode, hard_gradient):
     x, mem = inputs
-    block = make_block(search_mode=search_mode)
+    block = make_block(search_mode=search_mode, hard_gradient=hard_gradient)
     target = tf.constant(np.random.default_rng(1).normal(size=(B, T, D)), tf.float32)
     for step in range(3):
         with tf.GradientTape() as tape:
@@ -96,9 +97,45 @@ def test_gradients_reach_the_architecture_logits(inputs, search_mode):
         assert grad is not None and np.abs(grad.numpy()).sum() > 1e-4
 
 
-def test_hard_gradient_is_straight_through_on_the_sampled_weight(inputs):
+def test_hard_gradient_all_is_the_straight_through_gumbel_softmax_gradient(inputs):
+    """Every candidate's output reaches alpha; only the chosen one's weights train."""
     x, mem = inputs
-    block = make_block(search_mode="hard")
+    block = make_block(search_mode="hard", hard_gradient="all")
+    target = tf.constant(np.random.default_rng(1).normal(size=(B, T, D)), tf.float32)
+    outputs = candidates(block, x, mem, training=True)
+    tau = 0.7
+    for step in range(6):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(block(x, mem, tau=tau, step=step, training=True) * target)
+        attention_vars = block.attention_layer.trainable_variables
+        dense_vars = block.dense_layer.trainable_variables
+        grads = tape.gradient(loss, [block.arch_logits] + attention_vars + dense_vars)
+        # d loss / d w_j = <f_j, target> for every j (the soft mixture's
+        # gradient, taken at the hard sample); d w_j / d alpha_i = w_j (delta_ij - w_i) / tau.
+        w = block.mixing_weights(tau, step, training=True).numpy()
+        k = int(np.argmax(w))
+        dloss_dw = np.array([np.sum(f * target.numpy()) for f in outputs])
+        jacobian = (np.diag(w) - np.outer(w, w)) / tau  # [j, i] = d w_j / d alpha_i
+        np.testing.assert_allclose(grads[0].numpy(), dloss_dw @ jacobian, rtol=1e-4, atol=1e-6)
+        # The candidates' weights: the chosen one's get d loss / d f_k = target,
+        # the other's get no gradient at all.
+        attention_grads = grads[1:1 + len(attention_vars)]
+        dense_grads = grads[1 + len(attention_vars):]
+        for index, (variables, got) in enumerate([(attention_vars, attention_grads), (dense_vars, dense_grads)]):
+            if index != k:
+                assert all(g is None or not np.any(g.numpy()) for g in got)
+                continue
+            layer = block.attention_layer if index == 0 else block.dense_layer
+            with tf.GradientTape() as direct:
+                f = layer(x, mem, training=True) if index == 0 else layer(x, training=True)
+                direct_loss = tf.reduce_sum(f * target)
+            for g, ref in zip(got, direct.gradient(direct_loss, variables)):
+                np.testing.assert_allclose(g.numpy(), ref.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_hard_gradient_chosen_is_straight_through_on_the_sampled_weight(inputs):
+    x, mem = inputs
+    block = make_block(search_mode="hard", hard_gradient="chosen")
     target = tf.constant(np.random.default_rng(1).normal(size=(B, T, D)), tf.float32)
     outputs = candidates(block, x, mem, training=True)
     step = 3
@@ -207,7 +244,9 @@ def test_adaptive_span_candidate_and_mixed_precision(inputs):
 
 def test_config_round_trip(inputs):
     x, mem = inputs
-    block = make_block(search_mode="hard", eval_mode="expected", seed=5, block_index=3, clamp_len=2)
+    block = make_block(
+        search_mode="hard", hard_gradient="chosen", eval_mode="expected", seed=5, block_index=3,
+        clamp_len=2)
     block.arch_logits.assign([0.1, 0.2, -0.4])
     config = json.loads(json.dumps(block.get_config()))
     clone = StochasticBlock.from_config(config)
@@ -224,6 +263,8 @@ def test_config_round_trip(inputs):
 def test_invalid_modes_are_named():
     with pytest.raises(ValueError, match="search_mode"):
         StochasticBlock(D, N, H, F, search_mode="gumbel")
+    with pytest.raises(ValueError, match="hard_gradient"):
+        StochasticBlock(D, N, H, F, hard_gradient="some")
     with pytest.raises(ValueError, match="eval_mode"):
         StochasticBlock(D, N, H, F, eval_mode="sample")
     with pytest.raises(ValueError, match="attention"):
