@@ -12,7 +12,10 @@ after another:
      test splits. Coefficients deriving the same architecture share its
      retrain (same flags, same seed: the same experiment).
 Plus one SOFT search at C = 0 with the same budget (search_soft_c0) and the
-retrain of its architecture, to see whether soft and hard search agree.
+retrain of its architecture, to see whether soft and hard search agree, and,
+with --retrain_reference, the Transformer-XL of the same depth trained with
+the same budget (retrain_afaf...), PAR's comparison: derived network against
+Transformer-XL, perplexity and tokens/s side by side.
   3. throughput: training tokens/s of every retrained network and of the
      Transformer-XL of the same depth (the reference), measured in this
      process by bench/bench_train.py's Case (the trainer's own train_step on
@@ -54,6 +57,8 @@ Usage:
     python bench/cost_sweep.py --quick             # smoke test: tiny model, ~20 s a stage
     python bench/cost_sweep.py                     # 2,000 + 2,000 steps a coefficient
     python bench/cost_sweep.py --coefs=0,0.1,0.5 --search_steps=5000 --retrain_steps=5000
+    python bench/cost_sweep.py --coefs=0 --no_soft --retrain_reference \
+        --train_flags=--num_blocks=12 --runs_dir=runs/par_claim_12   # PAR's claim, 12 blocks
 Results: bench/results/cost_sweep.json, docs/cost_sweep.png, a table on stdout.
 """
 
@@ -77,6 +82,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from compare_families import (  # noqa: E402,I001
     built_meta, close_killed_attempts, read_json, run_status, tail, write_json)
+from model.config import transformer_xl_architecture  # noqa: E402  (no TensorFlow)
 
 RESULTS = ROOT / "bench" / "results"
 BASE_MODEL = ROOT / "base_model.sh"
@@ -355,8 +361,12 @@ def cost_per_block(config):
 # ------------------------------------------------------------------ results
 
 
-def result_rows(searches, retrains, throughput):
-    """One row per search (mode, coef), with its retrain and throughput; Pareto over hard."""
+def result_rows(searches, retrains, throughput, reference=None):
+    """One row per search (mode, coef), with its retrain and throughput; Pareto over hard.
+
+    With `reference` (the Transformer-XL's architecture, retrained), a last row
+    of mode "transformer_xl" (coef None) holds it.
+    """
     rows = []
     for (mode, coef), search in searches.items():
         arch = search["architecture"]
@@ -366,6 +376,14 @@ def result_rows(searches, retrains, throughput):
             relative_flops=search["relative_flops"], untrained=search["untrained"],
             expected_cost_end=search["expected_cost_end"], search=search,
             retrain=retrains.get(arch), tokens_per_sec=net.get("tokens_per_sec"),
+            tokens_per_sec_vs_transformer_xl=net.get("vs_reference"), pareto=False))
+    if reference is not None:
+        net = throughput["networks"].get(reference, {}) if throughput else {}
+        rows.append(dict(
+            mode="transformer_xl", coef=None, architecture=reference,
+            attention=attention_ratio(reference), relative_flops=1.0, untrained=False,
+            expected_cost_end=None, search=None, retrain=retrains.get(reference),
+            tokens_per_sec=net.get("tokens_per_sec"),
             tokens_per_sec_vs_transformer_xl=net.get("vs_reference"), pareto=False))
     hard = [r for r in rows if r["mode"] == "hard" and r["retrain"] and r["tokens_per_sec"]]
     for i in pareto_front([(r["tokens_per_sec"], r["retrain"]["valid_perplexity"])
@@ -397,8 +415,9 @@ def markdown_table(rows, comparison, command):
 
     for r in rows:
         retrain = r["retrain"] or {}
+        coef = "" if r["coef"] is None else f"{r['coef']:g}"
         lines.append(
-            f"| {r['mode']} | {r['coef']:g} | `{r['architecture']}`"
+            f"| {r['mode']} | {coef} | `{r['architecture']}`"
             f"{' (untrained)' if r['untrained'] else ''} | {r['attention']['ratio']} | "
             f"{num(r['relative_flops'], '.3f')} | {num(retrain.get('valid_perplexity'), '.2f')} | "
             f"{num(retrain.get('valid_word_perplexity'), '.2f')} | "
@@ -447,6 +466,11 @@ def plot_pareto(rows, reference_tokens_per_sec, path, title, dpi=120):
         ax.annotate(f"C={', '.join(coefs)}: {arch}", (x, y), xytext=(6, 5),
                     textcoords="offset points", fontsize=9)
     for r in rows:
+        if r["mode"] == "transformer_xl" and r["retrain"] and r["tokens_per_sec"]:
+            x, y = r["tokens_per_sec"], r["retrain"]["valid_perplexity"]
+            ax.scatter([x], [y], marker="s", color="0.1", zorder=4, label="Transformer-XL")
+            ax.annotate(f"Transformer-XL: {r['architecture']}", (x, y), xytext=(6, -12),
+                        textcoords="offset points", fontsize=9)
         if r["mode"] == "soft" and r["retrain"] and r["tokens_per_sec"]:
             x, y = r["tokens_per_sec"], r["retrain"]["valid_perplexity"]
             ax.scatter([x], [y], s=110, facecolors="none", edgecolors="C3", zorder=4,
@@ -490,6 +514,9 @@ def parse_args(argv):
                         help="smoke test: the tiny preset, few steps, evaluations on 4 records")
     parser.add_argument("--no_soft", action="store_true",
                         help="skip the soft search at C=0 (and its comparison with hard)")
+    parser.add_argument("--retrain_reference", action="store_true",
+                        help="also train the Transformer-XL of the same depth with the "
+                        "retrain budget (PAR's comparison)")
     parser.add_argument("--search_eval_records", type=int, default=40,
                         help="valid/test records evaluated at the end of a search (0: all); "
                         "retrains are evaluated on whole splits")
@@ -556,13 +583,18 @@ def run_sweep(args):
                   f"{search['relative_flops']:.3f} of Transformer-XL FLOPs)"
                   + ("  WARNING: untrained logits, not a search result"
                      if search["untrained"] else ""), flush=True)
-            if arch not in retrains:
-                retrain_dir = run_stage(f"retrain_{arch}", args.retrain_steps, [
-                    f"--architecture={arch}", "--arch_warmup_steps=0"], args)
-                retrains[arch] = retrain_summary(retrain_dir)
-                print(f"retrain_{arch}: valid ppl {retrains[arch]['valid_perplexity']:.2f} "
-                      f"(word {retrains[arch]['valid_word_perplexity']:.2f})", flush=True)
+            retrain(arch, retrains, args)
         except SweepError as error:
+            failures.append(f"error: {error}")
+            print(failures[-1], file=sys.stderr, flush=True)
+    reference = None
+    if args.retrain_reference and searches:
+        num_blocks = len(next(iter(searches.values()))["architecture"])
+        try:
+            reference = transformer_xl_architecture(num_blocks)
+            retrain(reference, retrains, args)
+        except (SweepError, ValueError) as error:
+            reference = None
             failures.append(f"error: {error}")
             print(failures[-1], file=sys.stderr, flush=True)
     throughput = None
@@ -572,7 +604,18 @@ def run_sweep(args):
         for arch, net in throughput["networks"].items():
             print(f"  {arch}: {net['tokens_per_sec']:,.0f} tokens/s, "
                   f"{net['vs_reference']:.2f}x Transformer-XL", flush=True)
-    return result_rows(searches, retrains, throughput), throughput, failures
+    return result_rows(searches, retrains, throughput, reference), throughput, failures
+
+
+def retrain(arch, retrains, args):
+    """Trains `arch` from scratch once (retrain_<arch>); its summary into `retrains`."""
+    if arch in retrains:
+        return
+    retrain_dir = run_stage(f"retrain_{arch}", args.retrain_steps, [
+        f"--architecture={arch}", "--arch_warmup_steps=0"], args)
+    retrains[arch] = retrain_summary(retrain_dir)
+    print(f"retrain_{arch}: valid ppl {retrains[arch]['valid_perplexity']:.2f} "
+          f"(word {retrains[arch]['valid_word_perplexity']:.2f})", flush=True)
 
 
 def _terminate(signum, frame):

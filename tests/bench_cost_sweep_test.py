@@ -92,6 +92,13 @@ def test_rows_pareto_and_soft_vs_hard_from_summaries():
     table = cs.markdown_table(rows, cs.soft_vs_hard(rows), "cmd")
     assert "| hard | 0.2 | `affiii` | 1:3 | 0.500 | 130.00 |" in table
     assert "different architectures" in table
+    # The Transformer-XL retrained with the same budget: a last row, off the front.
+    rows = cs.result_rows(searches, retrains, dict(networks=networks), reference="afafaf")
+    assert [r["mode"] for r in rows] == ["hard", "hard", "hard", "soft", "transformer_xl"]
+    assert rows[-1]["retrain"] == dict(valid_perplexity=100.0) and rows[-1]["pareto"] is False
+    assert rows[-1]["tokens_per_sec_vs_transformer_xl"] == 1.0
+    assert "| transformer_xl |  | `afafaf` | 3:6 | 1.000 | 100.00 |" in cs.markdown_table(
+        rows, None, "cmd")
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -140,10 +147,17 @@ def test_quick_pipeline_runs_then_only_reads(tiny_build, tmp_path, capsys):
     argv = ["--quick", f"--data_dir={tiny_build}", f"--runs_dir={runs}",
             f"--logs_dir={tmp_path / 'logs'}", f"--out={out}", f"--figure={figure}",
             "--coefs=0", "--no_soft", "--search_steps=12", "--retrain_steps=8", "--rounds=1",
-            "--sample_seconds=0.05", "--heartbeat=0"]
+            "--sample_seconds=0.05", "--heartbeat=0", "--retrain_reference"]
     assert cs.main(argv) == 0, capsys.readouterr().err
     result = json.loads(out.read_text())
-    [row] = result["rows"]
+    row, reference_row = result["rows"]
+    # --retrain_reference: the Transformer-XL of the same depth, trained with the same budget.
+    assert reference_row["mode"] == "transformer_xl" and reference_row["architecture"] == "afaf"
+    reference_config = json.loads((runs / "retrain_afaf" / "config.json").read_text())
+    assert reference_config["model"]["architecture"] == "afaf"
+    assert reference_config["max_steps"] == 8
+    reference_metrics = json.loads((runs / "retrain_afaf" / "metrics.json").read_text())
+    assert reference_row["retrain"]["test_perplexity"] == reference_metrics["last"]["test"]["perplexity"]
     arch = row["architecture"]
     search_dir, retrain_dir = runs / "search_hard_c0", runs / f"retrain_{arch}"
     # The search's own report (counts, FLOPs) agrees with the row.
