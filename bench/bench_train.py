@@ -9,7 +9,8 @@ every configuration alike:
     step, host sync of the step's numbers) and the achieved FLOP/s
     (3 x the forward FLOPs of model/flops.py) as a fraction of the peak of
     its precision, for
-      - wt2_base in soft search, hard search and two derived fixed
+      - wt2_base in soft search, hard search (with --hard_gradient=all, the
+        default, and chosen) and two derived fixed
         architectures (transformer_xl "afafaf" and a PAR-like "aafaff"),
         float32 and mixed_bfloat16;
       - a compute-bound model: wt2_large's vocabulary and cutoffs with
@@ -269,6 +270,8 @@ def case_specs(args):
 
     archs = [("soft search", dict(architecture="supernet", search_mode="soft")),
              ("hard search", dict(architecture="supernet", search_mode="hard")),
+             ("hard search chosen-only", dict(architecture="supernet", search_mode="hard",
+                                              hard_gradient="chosen")),
              ("transformer_xl afafaf", dict(architecture="transformer_xl")),
              ("derived aafaff", dict(architecture="aafaff"))]
     precisions = ["float32", "mixed_bfloat16"]
