@@ -36,6 +36,7 @@ the same one.
 """
 
 import functools
+import os
 
 import keras
 import tensorflow as tf
@@ -299,6 +300,10 @@ class StochasticBlock(keras.layers.Layer):
         dropouts, seeds = draw_seeds(layers if training else [])
         with fixed_seeds(dropouts, seeds):
             branches = self._branches(x, mem, training, rel_bias)
+            rows = float(os.environ.get("PAR_HARD_ROWS", "1"))  # EXPERIMENT (branch subset)
+            if self.hard_gradient == "all" and rows < 1.0 and not xla.compiling_with_xla():
+                return self._hard_all_rows(choice, weights, branches, x, mem, training, rel_bias,
+                                           rows, step)
             if self.hard_gradient == "all":
                 return self._hard_all(choice, weights, branches)
             return self._hard_chosen(choice, weights, branches)
@@ -327,6 +332,36 @@ class StochasticBlock(keras.layers.Layer):
 
         stacked = tf.switch_case(choice, [functools.partial(outputs, k) for k in range(num)])
         return tf.add_n([tf.cast(hard[j], self.compute_dtype) * stacked[j] for j in range(num)])
+
+    def _hard_all_rows(self, choice, weights, branches, x, mem, training, rel_bias, rows, step):
+        """As _hard_all, but the unchosen candidates run on a random subset S of
+        the rows, their terms scaled by B / |S| (an unbiased estimate of
+        <dL/dy, f_j(x)>)."""
+        num = len(CANDIDATES)
+        batch = tf.shape(x)[0]
+        n = tf.maximum(1, tf.cast(tf.math.ceil(rows * tf.cast(batch, tf.float32)), tf.int32))
+        key = tf.random.experimental.stateless_fold_in(
+            tf.constant([self.seed, 1000 + self.block_index], tf.int64), tf.cast(step, tf.int64))
+        scores = tf.random.stateless_uniform([batch], key)
+        idx = tf.sort(tf.math.top_k(scores, n).indices)  # [n]
+        x_s = tf.gather(x, idx)
+        mem_s = None if mem is None else tf.gather(mem, idx)
+        sub = self._branches(x_s, mem_s, training, rel_bias)
+        scale = tf.cast(batch, self.compute_dtype) / tf.cast(n, self.compute_dtype)
+
+        def outputs(k):
+            others = [tf.zeros_like(x_s) if j == k else tf.stop_gradient(sub[j]())
+                      for j in range(num)]
+            return branches[k](), tf.stack(others)  # [B, T, D], [C, n, T, D]
+
+        y, others = tf.switch_case(choice, [functools.partial(outputs, k) for k in range(num)])
+        delta = tf.cast(weights - tf.stop_gradient(weights), self.compute_dtype)  # [C], zeros
+        chosen = tf.gather(delta, choice)
+        out = y * (1.0 + chosen)
+        for j in range(num):
+            padded = tf.scatter_nd(idx[:, None], others[j] * scale, tf.shape(x))
+            out = out + delta[j] * padded
+        return out
 
     def _hard_chosen(self, choice, weights, branches):
         """Candidate `choice` alone, gradient to its logit only: [B, T, D].
