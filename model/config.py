@@ -213,6 +213,8 @@ class ModelConfig(DictConfig):
         hard_gradient: hard search's architecture gradient: "all" (every
             candidate's output, the straight-through Gumbel-softmax estimator)
             or "chosen" (the chosen candidate's alone; cheapest).
+        hard_rows: with hard_gradient "all", the fraction of rows on which the
+            unchosen candidates run for the architecture gradient.
         eval_mode: "argmax" or "expected" candidate weights at evaluation.
         seed: seed of the Gumbel noise (with the block index and the step).
     """
@@ -259,6 +261,10 @@ class ModelConfig(DictConfig):
         "all three, backward of the chosen one; straight-through Gumbel-softmax), chosen = the "
         "chosen candidate's output only (forward and backward of one candidate; tends to collapse "
         "to identity).", HARD_GRADIENTS)
+    hard_rows: float = _field(
+        0.25, "Hard search with hard_gradient=all: fraction of the batch's rows on which the "
+        "unchosen candidates run (forward only, for the architecture gradient, scaled by "
+        "B / rows: an unbiased estimate); 1 = every row.")
     eval_mode: str = _field("argmax", "Supernet blocks at evaluation.", EVAL_MODES)
     seed: int = _field(0, "Seed of initialisation, dropout and Gumbel noise.")
 
@@ -340,6 +346,8 @@ class ModelConfig(DictConfig):
         if self.hard_gradient not in HARD_GRADIENTS:
             raise ValueError(
                 f"hard_gradient must be one of {HARD_GRADIENTS}, got {self.hard_gradient!r}")
+        if not 0.0 < self.hard_rows <= 1.0:
+            raise ValueError(f"hard_rows must be in (0, 1], got {self.hard_rows}")
         if self.eval_mode not in EVAL_MODES:
             raise ValueError(f"eval_mode must be one of {EVAL_MODES}, got {self.eval_mode!r}")
 

@@ -21,7 +21,8 @@ candidates `f_k` with `w = softmax((alpha + g) / tau)`, `g = -log(-log U)`:
                 dL/dw_j = <dL/dy, f_j(x)> for every candidate, so alpha learns
                 which candidate would lower the loss. Every candidate runs
                 forward; only f_k runs backward (the others are
-                stop_gradient'ed).
+                stop_gradient'ed), on a random `hard_rows` fraction of the
+                rows (scaled: an unbiased estimate; 0.25 by default).
       "chosen": y = f_k(x) * (1 + w_k - stop_gradient(w_k)), only f_k
                 computed (a step costs one candidate). dL/dw_k = <dL/dy,
                 f_k(x)> only says whether scaling the chosen output helps,
@@ -36,6 +37,7 @@ the same one.
 """
 
 import functools
+import math
 
 import keras
 import tensorflow as tf
@@ -129,6 +131,8 @@ class StochasticBlock(keras.layers.Layer):
         search_mode: "soft" or "hard" (see the module docstring).
         hard_gradient: "all" or "chosen", hard search's architecture
             gradient (see the module docstring).
+        hard_rows: float in (0, 1], with "all": the fraction of rows on
+            which the unchosen candidates run (see `_hard_all_rows`).
         eval_mode: "argmax" or "expected".
         seed: int, seed of the Gumbel noise.
         block_index: int, position of this block (decorrelates the noise).
@@ -160,6 +164,7 @@ class StochasticBlock(keras.layers.Layer):
         span_loss_coef=2e-6,
         search_mode="soft",
         hard_gradient="all",
+        hard_rows=0.25,
         eval_mode="argmax",
         seed=0,
         block_index=0,
@@ -171,6 +176,8 @@ class StochasticBlock(keras.layers.Layer):
         if hard_gradient not in _HARD_GRADIENTS:
             raise ValueError(
                 f"hard_gradient must be one of {_HARD_GRADIENTS}, got {hard_gradient!r}")
+        if not 0.0 < float(hard_rows) <= 1.0:
+            raise ValueError(f"hard_rows must be in (0, 1], got {hard_rows}")
         if eval_mode not in _EVAL_MODES:
             raise ValueError(f"eval_mode must be one of {_EVAL_MODES}, got {eval_mode!r}")
         self.d_model = int(d_model)
@@ -190,6 +197,7 @@ class StochasticBlock(keras.layers.Layer):
         self.span_loss_coef = float(span_loss_coef)
         self.search_mode = str(search_mode)
         self.hard_gradient = str(hard_gradient)
+        self.hard_rows = float(hard_rows)
         self.eval_mode = str(eval_mode)
         self.seed = int(seed)
         self.block_index = int(block_index)
@@ -299,6 +307,9 @@ class StochasticBlock(keras.layers.Layer):
         dropouts, seeds = draw_seeds(layers if training else [])
         with fixed_seeds(dropouts, seeds):
             branches = self._branches(x, mem, training, rel_bias)
+            if self.hard_gradient == "all" and self.hard_rows < 1.0:
+                return self._hard_all_rows(choice, weights, branches, x, mem, training,
+                                           rel_bias, step)
             if self.hard_gradient == "all":
                 return self._hard_all(choice, weights, branches)
             return self._hard_chosen(choice, weights, branches)
@@ -327,6 +338,52 @@ class StochasticBlock(keras.layers.Layer):
 
         stacked = tf.switch_case(choice, [functools.partial(outputs, k) for k in range(num)])
         return tf.add_n([tf.cast(hard[j], self.compute_dtype) * stacked[j] for j in range(num)])
+
+    def _hard_all_rows(self, choice, weights, branches, x, mem, training, rel_bias, step):
+        """`_hard_all` with the unchosen candidates on a random subset S of rows.
+
+        The chosen candidate runs on every row (value f_k(x) bit for bit, its
+        logit's gradient <dL/dy, f_k(x)> as in `_hard_all`); the others run
+        forward only, under stop_gradient, on n = ceil(hard_rows * B) rows
+        drawn from (seed, block, step), and their terms are scaled by B / n:
+        dL/dw_j = (B / n) <dL/dy[S], f_j(x[S])>, an unbiased estimate of
+        <dL/dy, f_j(x)> (rows are independent through every candidate). Under
+        XLA the chosen output is a one-hot mix of every candidate's (same
+        values and gradients) instead of a `switch_case`.
+        """
+        num = len(CANDIDATES)
+        batch = x.shape[0] if x.shape[0] is not None else tf.shape(x)[0]
+        if isinstance(batch, int):
+            n = max(1, math.ceil(self.hard_rows * batch))
+        else:
+            n = tf.maximum(1, tf.cast(tf.math.ceil(
+                self.hard_rows * tf.cast(batch, tf.float32)), tf.int32))
+        key = tf.random.experimental.stateless_fold_in(
+            tf.constant([self.seed, len(CANDIDATES) + self.block_index], tf.int64),
+            tf.cast(step, tf.int64), alg=xla.RNG_ALG)  # not the Gumbel noise's key
+        scores = xla.uniform_from_bits(tf.reshape(batch, [1]), key)  # [B]
+        rows = tf.sort(tf.math.top_k(scores, n).indices)  # [n]
+        sub = self._branches(tf.gather(x, rows), None if mem is None else tf.gather(mem, rows),
+                             training, rel_bias)
+        scale = tf.cast(batch, self.compute_dtype) / tf.cast(n, self.compute_dtype)
+        onehot = tf.one_hot(choice, num)  # [C]
+
+        if xla.compiling_with_xla():
+            y = _mix(onehot, branches, self.compute_dtype)
+            others = tf.stack([tf.stop_gradient(f()) for f in sub])  # [C, n, T, D]
+            others = others * tf.cast(1.0 - onehot, self.compute_dtype)[:, None, None, None]
+        else:
+            def outputs(k):  # candidate k on every row, the others on the rows S
+                return branches[k](), tf.stack([
+                    tf.zeros_like(sub[2]()) if j == k else tf.stop_gradient(f())
+                    for j, f in enumerate(sub)])  # fmt: skip
+
+            y, others = tf.switch_case(choice, [functools.partial(outputs, k) for k in range(num)])
+        delta = tf.cast(weights - tf.stop_gradient(weights), self.compute_dtype)  # [C], zeros
+        out = y * (1.0 + tf.gather(delta, choice))
+        for j in range(num):  # each term is exactly 0 in value
+            out = out + delta[j] * tf.scatter_nd(rows[:, None], others[j] * scale, tf.shape(x))
+        return out
 
     def _hard_chosen(self, choice, weights, branches):
         """Candidate `choice` alone, gradient to its logit only: [B, T, D].
@@ -371,6 +428,7 @@ class StochasticBlock(keras.layers.Layer):
                 "span_loss_coef": self.span_loss_coef,
                 "search_mode": self.search_mode,
                 "hard_gradient": self.hard_gradient,
+                "hard_rows": self.hard_rows,
                 "eval_mode": self.eval_mode,
                 "seed": self.seed,
                 "block_index": self.block_index,

@@ -108,6 +108,7 @@ class TransformerXLLM(keras.Model):
         span_loss_coef=2e-6,
         search_mode="soft",
         hard_gradient="all",
+        hard_rows=0.25,
         eval_mode="argmax",
         seed=0,
         **kwargs,
@@ -123,7 +124,8 @@ class TransformerXLLM(keras.Model):
             cutoffs=tuple(cutoffs), proj_factor=proj_factor, proj_dims=tuple(proj_dims),
             adaptive_input=adaptive_input, tie_weights=tie_weights, span_max=span_max,
             span_ramp=span_ramp, span_init=span_init, span_loss_coef=span_loss_coef,
-            search_mode=search_mode, hard_gradient=hard_gradient, eval_mode=eval_mode, seed=seed,
+            search_mode=search_mode, hard_gradient=hard_gradient, hard_rows=hard_rows,
+            eval_mode=eval_mode, seed=seed,
         )  # fmt: skip
         self.vocab_size = config.vocab_size
         self.d_model = config.d_model
@@ -152,6 +154,7 @@ class TransformerXLLM(keras.Model):
         self.span_loss_coef = config.span_loss_coef
         self.search_mode = config.search_mode
         self.hard_gradient = config.hard_gradient
+        self.hard_rows = config.hard_rows
         self.eval_mode = config.eval_mode
         self.seed = config.seed
         self._resolved = config.resolved_architecture
@@ -219,7 +222,8 @@ class TransformerXLLM(keras.Model):
             return [
                 StochasticBlock(
                     d_ffn=self.d_ffn, attention=self.attention, search_mode=self.search_mode,
-                    hard_gradient=self.hard_gradient, eval_mode=self.eval_mode, seed=self.seed,
+                    hard_gradient=self.hard_gradient, hard_rows=self.hard_rows,
+                    eval_mode=self.eval_mode, seed=self.seed,
                     block_index=i, dtype=policy, name=f"block_{i}", **self._attention_args(),
                 )  # fmt: skip
                 for i in range(self.num_blocks)
@@ -458,6 +462,7 @@ class TransformerXLLM(keras.Model):
                 "span_loss_coef": self.span_loss_coef,
                 "search_mode": self.search_mode,
                 "hard_gradient": self.hard_gradient,
+                "hard_rows": self.hard_rows,
                 "eval_mode": self.eval_mode,
                 "seed": self.seed,
             }

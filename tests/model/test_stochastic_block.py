@@ -100,7 +100,7 @@ def test_gradients_reach_the_architecture_logits(inputs, search_mode, hard_gradi
 def test_hard_gradient_all_is_the_straight_through_gumbel_softmax_gradient(inputs):
     """Every candidate's output reaches alpha; only the chosen one's weights train."""
     x, mem = inputs
-    block = make_block(search_mode="hard", hard_gradient="all")
+    block = make_block(search_mode="hard", hard_gradient="all", hard_rows=1.0)
     target = tf.constant(np.random.default_rng(1).normal(size=(B, T, D)), tf.float32)
     outputs = candidates(block, x, mem, training=True)
     tau = 0.7
@@ -131,6 +131,47 @@ def test_hard_gradient_all_is_the_straight_through_gumbel_softmax_gradient(input
                 direct_loss = tf.reduce_sum(f * target)
             for g, ref in zip(got, direct.gradient(direct_loss, variables)):
                 np.testing.assert_allclose(g.numpy(), ref.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_hard_rows_estimate_the_other_candidates_on_a_random_subset_of_rows():
+    """hard_rows < 1: the unchosen candidates' terms come from n of the B rows, scaled B / n.
+
+    The subset is not replicated here: the gradient must equal the hand formula
+    for one of the C(B, n) subsets, and the subsets must vary with the step.
+    """
+    import itertools
+
+    rows, batch = 0.5, 4
+    rng = np.random.default_rng(3)
+    x = tf.constant(rng.normal(size=(batch, T, D)), tf.float32)
+    mem = tf.constant(rng.normal(size=(batch, M, D)), tf.float32)
+    target = rng.normal(size=(batch, T, D)).astype("float32")
+    block = make_block(search_mode="hard", hard_gradient="all", hard_rows=rows)
+    outputs = candidates(block, x, mem, training=True)
+    n, tau, used = 2, 0.7, set()
+    subsets = list(itertools.combinations(range(batch), n))
+    for step in range(8):
+        with tf.GradientTape() as tape:
+            y = block(x, mem, tau=tau, step=step, training=True)
+            loss = tf.reduce_sum(y * target)
+        grads = tape.gradient(loss, [block.arch_logits] + block.dense_layer.trainable_variables)
+        w = block.mixing_weights(tau, step, training=True).numpy()
+        k = int(np.argmax(w))
+        np.testing.assert_array_equal(y.numpy(), outputs[k])  # the value: f_k on every row
+        jacobian = (np.diag(w) - np.outer(w, w)) / tau
+        matches = []
+        for subset in subsets:
+            s_ = list(subset)
+            dloss_dw = np.array([
+                np.sum(f * target) if j == k else batch / n * np.sum(f[s_] * target[s_])
+                for j, f in enumerate(outputs)])
+            if np.allclose(grads[0].numpy(), dloss_dw @ jacobian, rtol=1e-4, atol=1e-6):
+                matches.append(subset)
+        assert len(matches) == 1, (step, matches)
+        used.add(matches[0])
+        if k != 1:  # the dense candidate was not chosen: its weights get no gradient
+            assert all(g is None or not np.any(g.numpy()) for g in grads[1:])
+    assert len(used) > 1, "the row subset should change with the step"
 
 
 def test_hard_gradient_chosen_is_straight_through_on_the_sampled_weight(inputs):
@@ -245,8 +286,8 @@ def test_adaptive_span_candidate_and_mixed_precision(inputs):
 def test_config_round_trip(inputs):
     x, mem = inputs
     block = make_block(
-        search_mode="hard", hard_gradient="chosen", eval_mode="expected", seed=5, block_index=3,
-        clamp_len=2)
+        search_mode="hard", hard_gradient="chosen", hard_rows=0.5, eval_mode="expected", seed=5,
+        block_index=3, clamp_len=2)
     block.arch_logits.assign([0.1, 0.2, -0.4])
     config = json.loads(json.dumps(block.get_config()))
     clone = StochasticBlock.from_config(config)
@@ -265,6 +306,9 @@ def test_invalid_modes_are_named():
         StochasticBlock(D, N, H, F, search_mode="gumbel")
     with pytest.raises(ValueError, match="hard_gradient"):
         StochasticBlock(D, N, H, F, hard_gradient="some")
+    for rows in (0.0, 1.5):
+        with pytest.raises(ValueError, match="hard_rows"):
+            StochasticBlock(D, N, H, F, hard_rows=rows)
     with pytest.raises(ValueError, match="eval_mode"):
         StochasticBlock(D, N, H, F, eval_mode="sample")
     with pytest.raises(ValueError, match="attention"):
