@@ -31,7 +31,6 @@ Results: bench/results/bench_span.json and a Markdown table on stdout.
 import argparse
 import dataclasses
 import json
-import math
 import os
 import pathlib
 import statistics
@@ -46,7 +45,6 @@ import bench_train  # noqa: E402  (sets the TensorFlow log level, imports Tensor
 import tensorflow as tf  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
-TRIM_MULTIPLE = 64  # model/adaptive_span.py rounds the kept memory up to this
 LEARNED, FIXED, MAXIMUM = "adaptive span (learned)", "fixed span", "adaptive span (maximum)"
 
 
@@ -78,8 +76,9 @@ def read_run(run_dir):
 
 def kept_memory(spans, span_ramp, mem_len):
     """Memory positions an adaptive-span layer keeps: min(M, ceil64(max_h z_h + R))."""
-    reach = max(spans) + span_ramp
-    return min(mem_len, int(math.ceil(reach / TRIM_MULTIPLE)) * TRIM_MULTIPLE)
+    from model.adaptive_span import memory_keep_length
+
+    return int(memory_keep_length(spans, span_ramp, mem_len))
 
 
 def set_spans(model, spans):
