@@ -19,10 +19,10 @@ candidates `f_k` with `w = softmax((alpha + g) / tau)`, `g = -log(-log U)`:
       "all":    y = sum_j (onehot_j + w_j - stop_gradient(w_j)) f_j(x), the
                 straight-through Gumbel-softmax estimator (Jang et al. 2017):
                 dL/dw_j = <dL/dy, f_j(x)> for every candidate, so alpha learns
-                which candidate would lower the loss. Every candidate runs
-                forward; only f_k runs backward (the others are
-                stop_gradient'ed), on a random `hard_rows` fraction of the
-                rows (scaled: an unbiased estimate; 0.25 by default).
+                which candidate would lower the loss. f_k runs forward and
+                backward on every row; the others run forward only, under
+                stop_gradient, on a random `hard_rows` fraction of the rows
+                (their terms scaled: an unbiased estimate; 0.25 by default).
       "chosen": y = f_k(x) * (1 + w_k - stop_gradient(w_k)), only f_k
                 computed (a step costs one candidate). dL/dw_k = <dL/dy,
                 f_k(x)> only says whether scaling the chosen output helps,
