@@ -3,8 +3,10 @@
 Every optimizer is a `keras.optimizers` class (none is written here):
 
     adam     Adam; weight decay as L2, added to the gradient (PyTorch Adam's
-             `weight_decay`, the Transformer-XL reference).
-    adamw    AdamW; decoupled weight decay (Loshchilov & Hutter).
+             `weight_decay`, the Transformer-XL reference). Keras' Adam with
+             its update in one fused kernel (training/fused_adam.py).
+    adamw    AdamW; decoupled weight decay (Loshchilov & Hutter); fused
+             likewise.
     lamb     LAMB (You et al. 2019, arXiv 1904.00962), the SHA-RNN and
              NVIDIA Transformer-XL recipes; decoupled weight decay.
     adagrad  Adagrad, the adaptive-span reference's default; L2 decay added
@@ -29,12 +31,16 @@ def _betas(config):
 
 
 def _adam(keras, learning_rate, config):
-    return keras.optimizers.Adam(learning_rate=learning_rate, **_betas(config))
+    from training.fused_adam import FusedAdam
+
+    return FusedAdam(learning_rate=learning_rate, **_betas(config))
 
 
 def _adamw(keras, learning_rate, config):
-    return keras.optimizers.AdamW(learning_rate=learning_rate, weight_decay=config.weight_decay,
-                                  **_betas(config))
+    from training.fused_adam import FusedAdamW
+
+    return FusedAdamW(learning_rate=learning_rate, weight_decay=config.weight_decay,
+                      **_betas(config))
 
 
 def _lamb(keras, learning_rate, config):

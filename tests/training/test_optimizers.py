@@ -92,7 +92,9 @@ def test_only_decay_moves_weights_then_training_moves_all(tiny_data, tmp_path, f
     config = _config(tiny_data, tmp_path, family, f"--optimizer={optimizer}")
     meta = data_utils.load_meta(config.data_dir)
     trainer = Trainer(config, meta, tf.distribute.get_strategy())
-    expected_class = {"adam": keras.optimizers.Adam, "adamw": keras.optimizers.AdamW,
+    from training.fused_adam import FusedAdam, FusedAdamW
+
+    expected_class = {"adam": FusedAdam, "adamw": FusedAdamW,
                       "lamb": keras.optimizers.Lamb, "adagrad": keras.optimizers.Adagrad}
     assert type(trainer.optimizers["weights"]) is expected_class[optimizer]
     spec = get_optimizer(optimizer)

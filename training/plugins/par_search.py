@@ -108,11 +108,11 @@ class ParSearch(Plugin):
     def optimizer_groups(self, step):
         if not self.searching:
             return []
-        import keras
+        from training.fused_adam import FusedAdam
 
         c = self.config
         variables = list(self.model.variable_groups()["arch"])
-        self._optimizer = keras.optimizers.Adam(learning_rate=c.arch_learning_rate,
+        self._optimizer = FusedAdam(learning_rate=c.arch_learning_rate,
                                                 beta_1=c.arch_beta_1, beta_2=c.arch_beta_2,
                                                 epsilon=c.epsilon)
         return [OptimizerGroup(
