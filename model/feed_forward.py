@@ -14,6 +14,7 @@ with `FF(x) = Dropout(Dense_D(Dropout(act(Dense_F(x)))))`.
 import keras
 
 from model.dropout import FastDropout
+from model.layer_norm import LayerNorm
 from model.initializers import clone_initializer
 
 
@@ -80,7 +81,7 @@ class PositionwiseFeedForward(keras.layers.Layer):
         self.output_dropout = FastDropout(
             self.dropout, dtype=self.dtype_policy, name="output_dropout"
         )
-        self.layer_norm = keras.layers.LayerNormalization(
+        self.layer_norm = LayerNorm(
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm"
         )
 

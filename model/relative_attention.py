@@ -35,6 +35,7 @@ import keras
 import tensorflow as tf
 
 from model.dropout import FastDropout
+from model.layer_norm import LayerNorm
 from model.initializers import clone_initializer
 
 # Added to masked logits (in float32) so their softmax weight is exactly 0;
@@ -207,7 +208,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             kernel_initializer = keras.initializers.RandomNormal(stddev=0.02)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
 
-        self.layer_norm = keras.layers.LayerNormalization(
+        self.layer_norm = LayerNorm(
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm"
         )
         self.attn_dropout_layer = FastDropout(

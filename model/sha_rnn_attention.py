@@ -27,6 +27,7 @@ import keras
 import tensorflow as tf
 
 from model.dropout import FastDropout
+from model.layer_norm import LayerNorm
 from model.relative_attention import causal_mask, clone_initializer
 
 # Added to masked logits (in float32): their softmax weight is exactly 0.
@@ -100,7 +101,7 @@ class SingleHeadAttention(keras.layers.Layer):
             self.d_model, kernel_initializer=clone_initializer(kernel_init, 0),
             dtype=policy, name="query_dense",
         )  # [B, T, D] -> [B, T, D]  (W_q)
-        self.query_norm = keras.layers.LayerNormalization(
+        self.query_norm = LayerNorm(
             epsilon=self.layer_norm_epsilon, dtype=policy, name="query_norm"
         )  # LN_q
         self.overparam_dense = keras.layers.Dense(

@@ -29,6 +29,7 @@ import keras
 import tensorflow as tf
 
 from model.dropout import FastDropout
+from model.layer_norm import LayerNorm
 from model.relative_attention import clone_initializer
 from model.sha_rnn_attention import (
     SingleHeadAttention,
@@ -148,7 +149,7 @@ class ShaRnnBlock(keras.layers.Layer):
         d = self.d_model
 
         def norm(name):
-            return keras.layers.LayerNormalization(
+            return LayerNorm(
                 epsilon=LAYER_NORM_EPSILON, dtype=policy, name=name
             )
 

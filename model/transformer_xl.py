@@ -34,6 +34,7 @@ import tensorflow as tf
 from model.adaptive_softmax import AdaptiveEmbedding, AdaptiveSoftmax
 from model.config import ARCHITECTURE_LETTERS, SUPERNET, ModelConfig
 from model.dropout import FastDropout
+from model.layer_norm import LayerNorm
 from model.feed_forward import PositionwiseFeedForward
 from model.interface import is_decayed_by_role
 from model.stochastic_block import StochasticBlock, make_attention
@@ -179,7 +180,7 @@ class TransformerXLLM(keras.Model):
         self.embedding_dropout = FastDropout(self.dropout, dtype=policy, name="embedding_dropout")
         self.output_dropout = FastDropout(self.dropout, dtype=policy, name="output_dropout")
         self.final_layer_norm = (
-            keras.layers.LayerNormalization(epsilon=1e-5, dtype=policy, name="final_layer_norm")
+            LayerNorm(epsilon=1e-5, dtype=policy, name="final_layer_norm")
             if self.final_norm
             else None
         )
