@@ -40,31 +40,6 @@ from model.config import tail_dims
 from model.initializers import clone_initializer
 
 
-@tf.custom_gradient
-def _sparse_xent(labels, logits):
-    """Per-row cross entropy `logsumexp(logits) - logits[label]`: float32 [N].
-
-    The same value and gradient (softmax - one_hot(label)) as
-    `tf.nn.sparse_softmax_cross_entropy_with_logits`, whose CPU kernel took
-    1.55x the time of these ops, forward and backward, on the adaptive
-    softmax's head and tails (wt2_base sizes). Labels must be in range
-    (`nll` checks them first).
-
-    Args:
-        labels: int32 [N], in [0, C).
-        logits: float32 [N, C].
-    """
-    log_norm = tf.reduce_logsumexp(logits, axis=-1)  # [N]
-    picked = tf.gather(logits, labels[:, None], axis=1, batch_dims=1)[:, 0]  # [N]
-
-    def grad(upstream):
-        probs = tf.exp(logits - log_norm[:, None])  # [N, C]
-        one_hot = tf.one_hot(labels, tf.shape(logits)[-1], dtype=logits.dtype)
-        return None, (probs - one_hot) * upstream[:, None]
-
-    return log_norm - picked, grad
-
-
 def _set_layout(layer, vocab_size, d_model, cutoffs, proj_factor, proj_dims):
     """Validates the shared arguments and stores them (and derived sizes).
 
@@ -323,7 +298,9 @@ class AdaptiveSoftmax(keras.layers.Layer):
         head_labels = tf.where(
             cluster == 0, safe_targets, self.head_tokens + cluster - 1
         )
-        nll = _sparse_xent(head_labels, self._head_logits(flat_hidden))  # [N]
+        nll = tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=head_labels, logits=self._head_logits(flat_hidden)
+        )  # [N]
         if self.num_tails:
             tails = self._tail_nll_masked if xla.compiling_with_xla() else self._tail_nll
             nll += tails(flat_hidden, safe_targets, cluster)
@@ -342,9 +319,12 @@ class AdaptiveSoftmax(keras.layers.Layer):
         # Head tokens add nothing from the tails.
         tail_nll = [tf.zeros(tf.shape(positions[0]), tf.float32)]
         for i, (lo, _) in enumerate(self.cluster_bounds):
-            tail_nll.append(_sparse_xent(
-                target_parts[i + 1] - lo, self._tail_logits(hidden_parts[i + 1], i)
-            ))  # [n_i]
+            tail_nll.append(
+                tf.nn.sparse_softmax_cross_entropy_with_logits(
+                    labels=target_parts[i + 1] - lo,
+                    logits=self._tail_logits(hidden_parts[i + 1], i),
+                )  # [n_i]
+            )
         return tf.dynamic_stitch(positions, tail_nll)
 
     def _tail_nll_masked(self, flat_hidden, targets, cluster):
@@ -352,8 +332,9 @@ class AdaptiveSoftmax(keras.layers.Layer):
         total = tf.zeros(tf.shape(targets), tf.float32)  # [N]
         for i, (lo, _) in enumerate(self.cluster_bounds):
             inside = cluster == i + 1  # [N]
-            nll = _sparse_xent(
-                tf.where(inside, targets - lo, 0), self._tail_logits(flat_hidden, i)
+            nll = tf.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=tf.where(inside, targets - lo, 0),
+                logits=self._tail_logits(flat_hidden, i),
             )  # [N]
             total += tf.where(inside, nll, 0.0)
         return total
