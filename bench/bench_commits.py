@@ -36,9 +36,10 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 
-# (label, preset overrides): the wt2_base cases of bench_train.py that both
-# trees understand. "hard search chosen-only" exists only in trees that have
-# --hard_gradient; the driver skips a case a tree cannot build.
+# (label, preset overrides): the wt2_base cases of bench_train.py. A tree
+# without --hard_gradient builds "hard search chosen-only" as its plain hard
+# search (the only estimator it had) and says so; a case a tree cannot build
+# otherwise is skipped.
 CASES = [
     ("soft search", dict(architecture="supernet", search_mode="soft")),
     ("hard search", dict(architecture="supernet", search_mode="hard")),
@@ -75,13 +76,23 @@ def worker(tree, specs):
         config = preset_config("wt2_base", **dict(overrides, **(extra or {})))
         return bench_train.Case(name, config, 32, 32, precision, workdir, True)
 
-    for name, overrides, precision in specs:
+    notes = {}
+    for index, (name, overrides, precision) in enumerate(specs):
         try:
-            cases[name] = build(name, overrides, precision)
+            try:
+                cases[name] = build(name, overrides, precision)
+            except (TypeError, ValueError):
+                # Trees before --hard_gradient had only the chosen-only estimator.
+                if overrides.get("hard_gradient") != "chosen":
+                    raise
+                overrides = {k: v for k, v in overrides.items() if k != "hard_gradient"}
+                specs[index] = (name, overrides, precision)
+                cases[name] = build(name, overrides, precision)
+                notes[name] = "no --hard_gradient in this tree: its hard search is chosen-only"
             cases[name].run(2)  # trace and warm up
         except (TypeError, ValueError) as error:  # a field this tree does not have
             errors[name] = f"{type(error).__name__}: {error}"
-    reply({"ready": sorted(cases), "errors": errors})
+    reply({"ready": sorted(cases), "errors": errors, "notes": notes})
     for line in sys.stdin:
         command = json.loads(line)
         if command["op"] == "quit":
@@ -183,13 +194,13 @@ def parse_args(argv):
     parser.add_argument("--check_steps", type=int, default=0,
                         help="compare N dropout-free losses of both trees first (0: skip)")
     parser.add_argument("--quick", action="store_true",
-                        help="smoke check: soft search only, 2 short rounds, 3 check steps")
+                        help="smoke check: transformer_xl only, 2 short rounds, 3 check steps")
     parser.add_argument("--out", default=str(RESULTS / "bench_commits.json"))
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--specs", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.quick:
-        args.only = args.only or "soft search"
+        args.only = args.only or "transformer_xl afafaf float32"
         args.rounds, args.sample_seconds, args.check_steps = 2, 0.5, args.check_steps or 3
     bad = [p for p in args.precisions.split(",") if p not in PRECISIONS]
     if bad:
@@ -276,6 +287,8 @@ def main(argv=None):
             for w, r in zip(workers, ready):
                 for name, error in r["errors"].items():
                     print(f"{w.label}: cannot build {name!r} ({error}); skipped", flush=True)
+                for name, note in r["notes"].items():
+                    print(f"{w.label}: {name}: {note}", flush=True)
             names = [s[0] for s in specs if all(s[0] in r["ready"] for r in ready)]
             if not names:
                 raise SystemExit("no case could be built by both trees")
@@ -306,6 +319,7 @@ def main(argv=None):
     table = markdown(rows, labels, checks, command)
     print("\n" + table)
     result = dict(command=command, sides=labels, rounds=args.rounds, steps_per_sample=steps,
+                  notes={w.label: r["notes"] for w, r in zip(workers, ready)},
                   loadavg=[load_start, load_end], cpus=os.cpu_count(), rows=rows,
                   loss_check={"steps": args.check_steps, "max_relative_difference": checks},
                   markdown=table)
