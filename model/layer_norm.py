@@ -42,13 +42,18 @@ def layer_norm(x, gamma, beta, epsilon):
         variance = tf.reduce_mean(tf.square(centred), axis=-1, keepdims=True)
         rstd = tf.math.rsqrt(variance + epsilon)
         normed = centred * rstd  # x^
+        # The tape would build the backward ops at the top level; name them
+        # like TensorFlow's own gradients, "gradient_tape/<forward scope>/",
+        # so that graphs and profiles (bench/op_categories.py) place them.
+        scope = tf.get_current_name_scope()
 
         def grad(upstream):
-            g = upstream * gamma
-            dx = rstd * (g - tf.reduce_mean(g, axis=-1, keepdims=True)
-                         - normed * tf.reduce_mean(g * normed, axis=-1, keepdims=True))
-            rows = tf.range(tf.rank(x) - 1)
-            return dx, tf.reduce_sum(upstream * normed, rows), tf.reduce_sum(upstream, rows)
+            with tf.name_scope(f"gradient_tape/{scope}/" if scope else "gradient_tape/"):
+                g = upstream * gamma
+                dx = rstd * (g - tf.reduce_mean(g, axis=-1, keepdims=True)
+                             - normed * tf.reduce_mean(g * normed, axis=-1, keepdims=True))
+                rows = tf.range(tf.rank(x) - 1)
+                return dx, tf.reduce_sum(upstream * normed, rows), tf.reduce_sum(upstream, rows)
 
         return normed * gamma + beta, grad
 

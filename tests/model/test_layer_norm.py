@@ -87,3 +87,32 @@ def test_serialises_as_its_own_class():
     layer = LayerNorm(epsilon=1e-3, name="norm")
     clone = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
     assert type(clone) is LayerNorm and clone.epsilon == 1e-3
+
+
+def test_backward_ops_are_named_under_the_layer():
+    """The closed-form gradient's ops sit under gradient_tape/<layer scope>/, as
+    TensorFlow's own gradients do (profiles attribute ops by scope)."""
+
+    class Outer(keras.layers.Layer):
+        def __init__(self):
+            super().__init__(name="outer")
+            self.norm = LayerNorm(name="norm")
+
+        def call(self, x):
+            return self.norm(x)
+
+    outer = Outer()
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            total = tf.reduce_sum(outer(x) * x)
+        return tape.gradient(total, [x] + outer.trainable_weights)
+
+    graph = step.get_concrete_function(tf.TensorSpec([2, 3, 4])).graph
+    rsqrt_scope = next(op.name for op in graph.get_operations() if op.type == "Rsqrt")
+    layer_scope = rsqrt_scope.rsplit("/", 1)[0]  # e.g. outer/norm
+    backward = [op.name for op in graph.get_operations()
+                if op.type == "Mean" and op.name.startswith("gradient_tape/" + layer_scope + "/")]
+    assert len(backward) == 2, [op.name for op in graph.get_operations()]
