@@ -132,7 +132,7 @@ class StochasticBlock(keras.layers.Layer):
         hard_gradient: "all" or "chosen", hard search's architecture
             gradient (see the module docstring).
         hard_rows: float in (0, 1], with "all": the fraction of rows on
-            which the unchosen candidates run (see `_hard_all_rows`).
+            which the unchosen candidates run (see `_hard_all`).
         eval_mode: "argmax" or "expected".
         seed: int, seed of the Gumbel noise.
         block_index: int, position of this block (decorrelates the noise).
@@ -307,73 +307,57 @@ class StochasticBlock(keras.layers.Layer):
         dropouts, seeds = draw_seeds(layers if training else [])
         with fixed_seeds(dropouts, seeds):
             branches = self._branches(x, mem, training, rel_bias)
-            if self.hard_gradient == "all" and self.hard_rows < 1.0:
-                return self._hard_all_rows(choice, weights, branches, x, mem, training,
-                                           rel_bias, step)
             if self.hard_gradient == "all":
-                return self._hard_all(choice, weights, branches)
+                return self._hard_all(choice, weights, branches, x, mem, training, rel_bias,
+                                      step)
             return self._hard_chosen(choice, weights, branches)
 
-    def _hard_all(self, choice, weights, branches):
+    def _hard_all(self, choice, weights, branches, x, mem, training, rel_bias, step):
         """Straight-through Gumbel-softmax: [B, T, D], the value of f_k alone.
 
         Weights h = onehot + w - stop_gradient(w) are exactly one-hot in value
         (w - sg(w) == 0), so y = f_k(x) bit for bit, while dL/dw_j =
-        <dL/dy, f_j(x)> for every j. The other candidates' outputs enter
-        under stop_gradient: their weights get no gradient and their
-        backward pass is not computed. Under XLA (model/xla.py) every output
-        enters with its gradient path (the unchosen ones are multiplied by a
-        zero weight, so the same gradients) instead of a `switch_case`.
-        """
-        num = len(CANDIDATES)
-        hard = tf.one_hot(choice, num) + (weights - tf.stop_gradient(weights))  # [C], exactly one-hot
-        if xla.compiling_with_xla():
-            return _mix(hard, branches, self.compute_dtype)
+        <dL/dy, f_j(x)> for every j. The chosen candidate runs on every row
+        and trains; the others run forward only, under stop_gradient (their
+        weights get no gradient, their backward pass is not computed).
 
-        def outputs(k):  # [C, B, T, D]: candidate k with its gradient, the others without
-            return tf.stack([
-                branch() if j == k else tf.stop_gradient(branch())
-                for j, branch in enumerate(branches)
-            ])  # fmt: skip
-
-        stacked = tf.switch_case(choice, [functools.partial(outputs, k) for k in range(num)])
-        return tf.add_n([tf.cast(hard[j], self.compute_dtype) * stacked[j] for j in range(num)])
-
-    def _hard_all_rows(self, choice, weights, branches, x, mem, training, rel_bias, step):
-        """`_hard_all` with the unchosen candidates on a random subset S of rows.
-
-        The chosen candidate runs on every row (value f_k(x) bit for bit, its
-        logit's gradient <dL/dy, f_k(x)> as in `_hard_all`); the others run
-        forward only, under stop_gradient, on n = ceil(hard_rows * B) rows
-        drawn from (seed, block, step), and their terms are scaled by B / n:
+        With `hard_rows` < 1 they run on n = ceil(hard_rows * B) rows S drawn
+        from (seed, block, step), and their terms are scaled by B / n:
         dL/dw_j = (B / n) <dL/dy[S], f_j(x[S])>, an unbiased estimate of
-        <dL/dy, f_j(x)> (rows are independent through every candidate). Under
-        XLA the chosen output is a one-hot mix of every candidate's (same
-        values and gradients) instead of a `switch_case`.
+        <dL/dy, f_j(x)> (rows are independent through every candidate).
+        Under XLA (model/xla.py) the chosen output is a one-hot mix of every
+        candidate's (same values and gradients) instead of a `switch_case`.
         """
         num = len(CANDIDATES)
-        batch = x.shape[0] if x.shape[0] is not None else tf.shape(x)[0]
-        if isinstance(batch, int):
-            n = max(1, math.ceil(self.hard_rows * batch))
-        else:
-            n = tf.maximum(1, tf.cast(tf.math.ceil(
-                self.hard_rows * tf.cast(batch, tf.float32)), tf.int32))
-        key = tf.random.experimental.stateless_fold_in(
-            tf.constant([self.seed, len(CANDIDATES) + self.block_index], tf.int64),
-            tf.cast(step, tf.int64), alg=xla.RNG_ALG)  # not the Gumbel noise's key
-        scores = xla.uniform_from_bits(tf.reshape(batch, [1]), key)  # [B]
-        rows = tf.sort(tf.math.top_k(scores, n).indices)  # [n]
-        sub = self._branches(tf.gather(x, rows), None if mem is None else tf.gather(mem, rows),
-                             training, rel_bias)
-        scale = tf.cast(batch, self.compute_dtype) / tf.cast(n, self.compute_dtype)
         onehot = tf.one_hot(choice, num)  # [C]
+        rows = None  # every row
+        sub, scale = branches, 1.0
+        if self.hard_rows < 1.0:
+            batch = x.shape[0] if x.shape[0] is not None else tf.shape(x)[0]
+            if isinstance(batch, int):
+                n = max(1, math.ceil(self.hard_rows * batch))
+            else:
+                n = tf.maximum(1, tf.cast(tf.math.ceil(
+                    self.hard_rows * tf.cast(batch, tf.float32)), tf.int32))
+            key = tf.random.experimental.stateless_fold_in(
+                tf.constant([self.seed, len(CANDIDATES) + self.block_index], tf.int64),
+                tf.cast(step, tf.int64), alg=xla.RNG_ALG)  # not the Gumbel noise's key
+            scores = xla.uniform_from_bits(tf.reshape(batch, [1]), key)  # [B]
+            rows = tf.sort(tf.math.top_k(scores, n).indices)  # [n]
+            sub = self._branches(tf.gather(x, rows),
+                                 None if mem is None else tf.gather(mem, rows),
+                                 training, rel_bias)
+            scale = tf.cast(batch, self.compute_dtype) / tf.cast(n, self.compute_dtype)
 
         if xla.compiling_with_xla():
-            y = _mix(onehot, branches, self.compute_dtype)
-            others = tf.stack([tf.stop_gradient(f()) for f in sub])  # [C, n, T, D]
+            full = [f() for f in branches]  # each candidate built once
+            y = _mix(onehot, [functools.partial(tf.identity, o) for o in full],
+                     self.compute_dtype)
+            parts = full if rows is None else [f() for f in sub]
+            others = tf.stack([tf.stop_gradient(o) for o in parts])  # [C, n, T, D]
             others = others * tf.cast(1.0 - onehot, self.compute_dtype)[:, None, None, None]
         else:
-            def outputs(k):  # candidate k on every row, the others on the rows S
+            def outputs(k):  # candidate k on every row, the others (on the rows S)
                 return branches[k](), tf.stack([
                     tf.zeros_like(sub[2]()) if j == k else tf.stop_gradient(f())
                     for j, f in enumerate(sub)])  # fmt: skip
@@ -382,7 +366,9 @@ class StochasticBlock(keras.layers.Layer):
         delta = tf.cast(weights - tf.stop_gradient(weights), self.compute_dtype)  # [C], zeros
         out = y * (1.0 + tf.gather(delta, choice))
         for j in range(num):  # each term is exactly 0 in value
-            out = out + delta[j] * tf.scatter_nd(rows[:, None], others[j] * scale, tf.shape(x))
+            term = others[j] if rows is None else tf.scatter_nd(
+                rows[:, None], others[j] * scale, tf.shape(x))
+            out = out + delta[j] * term
         return out
 
     def _hard_chosen(self, choice, weights, branches):

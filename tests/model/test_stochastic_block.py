@@ -97,19 +97,30 @@ def test_gradients_reach_the_architecture_logits(inputs, search_mode, hard_gradi
         assert grad is not None and np.abs(grad.numpy()).sum() > 1e-4
 
 
-def test_hard_gradient_all_is_the_straight_through_gumbel_softmax_gradient(inputs):
-    """Every candidate's output reaches alpha; only the chosen one's weights train."""
+@pytest.mark.parametrize("jit", [False, True], ids=["plain", "xla"])
+def test_hard_gradient_all_is_the_straight_through_gumbel_softmax_gradient(inputs, jit):
+    """Every candidate's output reaches alpha; only the chosen one's weights train
+    (also compiled with XLA, which mixes with a one-hot weight instead of switching)."""
     x, mem = inputs
     block = make_block(search_mode="hard", hard_gradient="all", hard_rows=1.0)
     target = tf.constant(np.random.default_rng(1).normal(size=(B, T, D)), tf.float32)
     outputs = candidates(block, x, mem, training=True)
     tau = 0.7
-    for step in range(6):
+    attention_vars = block.attention_layer.trainable_variables
+    dense_vars = block.dense_layer.trainable_variables
+
+    def value_and_grads(step):
         with tf.GradientTape() as tape:
-            loss = tf.reduce_sum(block(x, mem, tau=tau, step=step, training=True) * target)
-        attention_vars = block.attention_layer.trainable_variables
-        dense_vars = block.dense_layer.trainable_variables
-        grads = tape.gradient(loss, [block.arch_logits] + attention_vars + dense_vars)
+            y = block(x, mem, tau=tau, step=step, training=True)
+            loss = tf.reduce_sum(y * target)
+        return y, tape.gradient(loss, [block.arch_logits] + attention_vars + dense_vars)
+
+    if jit:
+        value_and_grads = tf.function(value_and_grads, jit_compile=True)
+    for step in range(6):
+        y, grads = value_and_grads(tf.constant(step) if jit else step)
+        k = int(np.argmax(block.mixing_weights(tau, step, training=True).numpy()))
+        np.testing.assert_allclose(y.numpy(), outputs[k], rtol=1e-5, atol=1e-6)
         # d loss / d w_j = <f_j, target> for every j (the soft mixture's
         # gradient, taken at the hard sample); d w_j / d alpha_i = w_j (delta_ij - w_i) / tau.
         w = block.mixing_weights(tau, step, training=True).numpy()
