@@ -52,3 +52,14 @@ def test_errors_leave_the_previous_copy(tmp_path, capsys):
         collect_run.collect(tmp_path, tmp_path / "results")
     with pytest.raises(collect_run.CollectError, match="does not exist"):
         collect_run.collect(tmp_path / "nope", tmp_path / "results")
+
+
+def test_a_step_evaluated_again_after_a_restart_is_listed_once(tmp_path):
+    run = _run(tmp_path)
+    console = tmp_path / "console.txt"
+    again = LOG.replace("nll 4.2559 ppl 70.52", "nll 4.2560 ppl 70.53")  # re-run of 5000, 7500
+    console.write_text(LOG + again.split("\n")[0] + "\n")
+    status = (collect_run.collect(run, tmp_path / "results", console) / "STATUS.md").read_text()
+    rows = [line for line in status.splitlines() if line.startswith("| 5000 ")]
+    assert rows == ["| 5000 | 4.2560 | 70.53 | 217.46 | 1.5066 |"]  # the latest
+    assert status.index("| 5000 ") < status.index("| 7500 ")

@@ -45,8 +45,11 @@ def _valid_rows(console_log):
     if console_log is None:
         return []
     text = pathlib.Path(console_log).read_text(encoding="utf-8", errors="replace")
-    return [dict(zip(("step", "nll", "ppl", "word ppl", "bpb"), (int(m[0]),) + tuple(
+    rows = [dict(zip(("step", "nll", "ppl", "word ppl", "bpb"), (int(m[0]),) + tuple(
         float(x) for x in m[1:]))) for m in _VALID_LINE.findall(text)]
+    # A restart resumes from the last checkpoint and may evaluate a step again:
+    # one row per step, the latest.
+    return sorted({row["step"]: row for row in rows}.values(), key=lambda row: row["step"])
 
 
 def _status(run_dir, copied, console_log):
