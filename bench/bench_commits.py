@@ -24,6 +24,7 @@ Results: bench/results/bench_commits.json and a Markdown table on stdout.
 
 import argparse
 import json
+import math
 import os
 import pathlib
 import shlex
@@ -66,8 +67,13 @@ def worker(tree, specs):
     sys.path.insert(0, tree)
     os.chdir(tree)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from bench import bench_train  # this tree's
-    from model.builder import preset_config
+    try:
+        from bench import bench_train  # this tree's
+        from model.builder import preset_config
+    except ImportError as error:
+        reply({"fatal": f"{tree} has no usable bench/bench_train.py or model/builder.py "
+                        f"({error}); choose a newer commit"})
+        return
 
     workdir = tempfile.mkdtemp(prefix="bench_commits_")
     cases, errors = {}, {}
@@ -81,14 +87,19 @@ def worker(tree, specs):
         try:
             try:
                 cases[name] = build(name, overrides, precision)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError) as error:
                 # Trees before --hard_gradient had only the chosen-only estimator.
-                if overrides.get("hard_gradient") != "chosen":
+                unknown = "['hard_gradient']" in str(error)  # "unknown ModelConfig field(s) [...]"
+                if overrides.get("hard_gradient") != "chosen" or not unknown:
                     raise
                 overrides = {k: v for k, v in overrides.items() if k != "hard_gradient"}
                 specs[index] = (name, overrides, precision)
                 cases[name] = build(name, overrides, precision)
                 notes[name] = "no --hard_gradient in this tree: its hard search is chosen-only"
+                plain = name.replace("hard search chosen-only", "hard search")
+                if any(spec[0] == plain for spec in specs):
+                    notes[plain] = ("no --hard_gradient in this tree: this is the chosen-only "
+                                    "estimator, not the default of later trees")
             cases[name].run(2)  # trace and warm up
         except (TypeError, ValueError) as error:  # a field this tree does not have
             errors[name] = f"{type(error).__name__}: {error}"
@@ -132,10 +143,13 @@ class Worker:
         while True:
             line = self.process.stdout.readline()
             if not line:
-                raise RuntimeError(f"worker {self.label} ({self.tree}) exited with "
-                                   f"{self.process.wait()}")
+                raise SystemExit(f"error: the worker of {self.label} ({self.tree}) exited with "
+                                 f"status {self.process.wait()}; its traceback is above")
             if line.startswith("@@"):
-                return json.loads(line[2:])
+                message = json.loads(line[2:])
+                if "fatal" in message:
+                    raise SystemExit(f"error: {self.label}: {message['fatal']}")
+                return message
 
     def ask(self, **command):
         self.process.stdin.write(json.dumps(command) + "\n")
@@ -202,6 +216,13 @@ def parse_args(argv):
     if args.quick:
         args.only = args.only or "transformer_xl afafaf float32"
         args.rounds, args.sample_seconds, args.check_steps = 2, 0.5, args.check_steps or 3
+    if args.check_steps < 0:
+        parser.error("--check_steps must be 0 (skip) or more")
+    if args.sample_seconds <= 0:
+        parser.error("--sample_seconds must be positive")
+    out_dir = pathlib.Path(args.out).resolve().parent
+    if pathlib.Path(args.out).is_dir() or (out_dir.exists() and not os.access(out_dir, os.W_OK)):
+        parser.error(f"--out={args.out}: not a writable file path")
     bad = [p for p in args.precisions.split(",") if p not in PRECISIONS]
     if bad:
         parser.error(f"--precisions: unknown {bad}; choose from {list(PRECISIONS)}")
@@ -216,7 +237,8 @@ def parse_args(argv):
 
 def case_specs(args):
     specs = [(f"{label} {precision}", overrides, precision)
-             for precision in args.precisions.split(",") for label, overrides in CASES]
+             for precision in dict.fromkeys(args.precisions.split(","))
+             for label, overrides in CASES]
     if args.only:
         keep = [s.strip() for s in args.only.split(",") if s.strip()]
         specs = [s for s in specs if any(k in s[0] for k in keep)]
@@ -298,7 +320,9 @@ def main(argv=None):
             for name in names if args.check_steps else []:
                 a, b = (w.ask(op="losses", case=name, steps=args.check_steps)["losses"]
                         for w in workers)
-                checks[name] = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+                checks[name] = max(
+                    abs(x - y) / abs(x) if math.isfinite(x) and math.isfinite(y) else math.inf
+                    for x, y in zip(a, b))
                 print(f"{name}: {args.check_steps} dropout-free losses, max relative "
                       f"difference {checks[name]:.2e} (first {a[0]:.6f} / {b[0]:.6f}, "
                       f"last {a[-1]:.6f} / {b[-1]:.6f})", flush=True)

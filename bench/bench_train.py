@@ -202,7 +202,9 @@ class Case:
 
         model = build_model(self.config)
         weights, arch = list(model.weight_variables), list(model.arch_variables)
-        w_opt = keras.optimizers.Adam(1e-3)
+        from training.fused_adam import FusedAdam
+
+        w_opt = FusedAdam(1e-3)
         w_opt.build(weights)
         step_var = tf.Variable(0, dtype=tf.int64)
         tokens = float(self.tokens)

@@ -32,7 +32,8 @@ def layer_norm(x, gamma, beta, epsilon):
 
     Returns:
         Tensor of the shape and dtype of `x`; its gradient is the closed form
-        in the module docstring.
+        in the module docstring (first order only: the backward pass is not
+        itself differentiated, so no gradient of a gradient through it).
     """
 
     @tf.custom_gradient
@@ -52,7 +53,8 @@ def layer_norm(x, gamma, beta, epsilon):
                 g = upstream * gamma
                 dx = rstd * (g - tf.reduce_mean(g, axis=-1, keepdims=True)
                              - normed * tf.reduce_mean(g * normed, axis=-1, keepdims=True))
-                rows = tf.range(tf.rank(x) - 1)
+                rank = x.shape.rank
+                rows = list(range(rank - 1)) if rank is not None else tf.range(tf.rank(x) - 1)
                 return dx, tf.reduce_sum(upstream * normed, rows), tf.reduce_sum(upstream, rows)
 
         return normed * gamma + beta, grad

@@ -26,12 +26,26 @@ def test_summarize_pairs_rounds():
     (["--precisions=float64"], "--precisions"),
     (["--candidate_env=NOVALUE"], "--candidate_env"),
     (["--rounds=0"], "--rounds"),
+    (["--check_steps=-1"], "--check_steps"),
+    (["--sample_seconds=0"], "--sample_seconds"),
 ])
 def test_bad_flags_are_named(argv, message, capsys):
     with pytest.raises(SystemExit) as error:
         bc.parse_args(argv)
     assert error.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_out_must_be_a_writable_file(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        bc.parse_args([f"--out={tmp_path}"])  # a directory
+    assert "--out" in capsys.readouterr().err
+
+
+def test_repeated_precisions_build_each_case_once():
+    names = [spec[0] for spec in bc.case_specs(bc.parse_args(
+        ["--precisions=float32,float32", "--only=soft search"]))]
+    assert names == ["soft search float32"]
 
 
 def test_unknown_case_is_named():

@@ -1,5 +1,7 @@
 """LayerNorm (hand-written gradient) against NumPy, finite differences and Keras."""
 
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -44,10 +46,11 @@ def test_value_and_gradient_match_numpy_and_finite_differences():
         np.testing.assert_allclose(grad.numpy(), numeric, rtol=1e-6, atol=1e-7)
 
 
-@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
-def test_layer_matches_keras_layer_normalization(policy):
+@pytest.mark.parametrize("policy, shape", [("float32", (2, 5, 8)), ("mixed_bfloat16", (2, 5, 8)),
+                                           ("float32", (6, 8)), ("float32", (2, 3, 2, 8))])
+def test_layer_matches_keras_layer_normalization(policy, shape):
     rng = np.random.default_rng(1)
-    x = tf.constant(rng.normal(size=(2, 5, 8)).astype(np.float32) * 3)
+    x = tf.constant(rng.normal(size=shape).astype(np.float32) * 3)
     ours = LayerNorm(epsilon=1e-5, dtype=policy)
     theirs = keras.layers.LayerNormalization(epsilon=1e-5, dtype=policy)
     for layer in (ours, theirs):
@@ -57,7 +60,7 @@ def test_layer_matches_keras_layer_normalization(policy):
     theirs.beta.assign(ours.beta.numpy() + 0.5)
     ours.beta.assign(ours.beta.numpy() + 0.5)
     assert [v.path.split("/")[-1] for v in ours.weights] == ["gamma", "beta"]
-    upstream = rng.normal(size=(2, 5, 8)).astype(np.float32)
+    upstream = rng.normal(size=shape).astype(np.float32)
     results = []
     for layer in (ours, theirs):
         with tf.GradientTape() as tape:
@@ -77,9 +80,11 @@ def test_layer_matches_keras_layer_normalization(policy):
 
 def test_other_axes_fall_back_to_keras():
     x = tf.constant(np.random.default_rng(2).normal(size=(2, 3, 4)).astype(np.float32))
-    for kwargs in (dict(axis=1), dict(center=False), dict(scale=False)):
-        ours, theirs = LayerNorm(**kwargs), keras.layers.LayerNormalization(**kwargs)
-        np.testing.assert_allclose(ours(x), theirs(x), atol=1e-6)
+    for kwargs in (dict(axis=1), dict(center=False), dict(scale=False), dict(rms_scaling=True)):
+        with warnings.catch_warnings():  # Keras deprecates rms_scaling with a warning
+            warnings.simplefilter("ignore", UserWarning)
+            ours, theirs = LayerNorm(**kwargs), keras.layers.LayerNormalization(**kwargs)
+            np.testing.assert_allclose(ours(x), theirs(x), atol=1e-6)
     assert LayerNorm(axis=-1)._fast_path(3) and not LayerNorm(axis=1)._fast_path(3)
 
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 SHAPES = [(5, 3), (7,), (4, 2, 3)]
+SPARSE_ROWS = [0, 3, 3]  # rows of the first weight in its IndexedSlices gradient
 STEPS = 6
 
 
@@ -41,15 +42,21 @@ def _run(optimizer, rng_seed, jit=False, sparse_first=False):
 
     def apply(step_grads):
         step_grads = list(step_grads)
-        if sparse_first:  # an embedding-style gradient: rows of the first weight
+        if sparse_first:  # an embedding-style gradient: some rows, one of them twice
             dense = step_grads[0]
-            step_grads[0] = tf.IndexedSlices(dense, tf.range(tf.shape(dense)[0]),
+            rows = tf.constant(SPARSE_ROWS)
+            step_grads[0] = tf.IndexedSlices(tf.gather(dense, rows), rows,
                                              tf.shape(dense, out_type=tf.int64))
         optimizer.apply(step_grads, variables)
 
     step = tf.function(apply, jit_compile=jit)
     for step_grads in grads:
         step([tf.constant(g) for g in step_grads])
+    if sparse_first:  # what the optimizer saw: the rows summed, the others zero
+        for step_grads in grads:
+            seen = np.zeros_like(step_grads[0])
+            np.add.at(seen, SPARSE_ROWS, step_grads[0][SPARSE_ROWS])
+            step_grads[0] = seen
     return start, grads, variables
 
 
@@ -109,3 +116,20 @@ def test_amsgrad_falls_back_to_keras_update():
     _, _, b = _run(plain, 3)
     for x, y in zip(a, b):
         np.testing.assert_array_equal(x.numpy(), y.numpy())
+
+
+def test_the_update_is_the_fused_kernel():
+    """The override is really used: the traced update holds ResourceApplyAdam ops."""
+    import keras
+    import tensorflow as tf
+
+    from training.fused_adam import FusedAdam
+
+    variables = [keras.Variable(np.ones(s, np.float32)) for s in SHAPES]
+    optimizer = FusedAdam(learning_rate=0.1)
+    optimizer.build(variables)
+    apply = tf.function(lambda grads: optimizer.apply(grads, variables))
+    grads = [tf.ones(s) for s in SHAPES]
+    graph = apply.get_concrete_function(grads).graph
+    fused = [op for op in graph.get_operations() if op.type == "ResourceApplyAdam"]
+    assert len(fused) == len(SHAPES)

@@ -112,9 +112,8 @@ class ParSearch(Plugin):
 
         c = self.config
         variables = list(self.model.variable_groups()["arch"])
-        self._optimizer = FusedAdam(learning_rate=c.arch_learning_rate,
-                                                beta_1=c.arch_beta_1, beta_2=c.arch_beta_2,
-                                                epsilon=c.epsilon)
+        self._optimizer = FusedAdam(learning_rate=c.arch_learning_rate, beta_1=c.arch_beta_1,
+                                    beta_2=c.arch_beta_2, epsilon=c.epsilon)
         return [OptimizerGroup(
             name="arch", variables=variables, optimizer=self._optimizer,
             l2=c.arch_weight_decay, l2_variables=variables, clip_norm=0.0,
