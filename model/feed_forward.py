@@ -14,8 +14,8 @@ with `FF(x) = Dropout(Dense_D(Dropout(act(Dense_F(x)))))`.
 import keras
 
 from model.dropout import FastDropout
-from model.layer_norm import LayerNorm
 from model.initializers import clone_initializer
+from model.layer_norm import LayerNorm
 
 
 @keras.saving.register_keras_serializable(package="par")

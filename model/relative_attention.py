@@ -35,8 +35,8 @@ import keras
 import tensorflow as tf
 
 from model.dropout import FastDropout
-from model.layer_norm import LayerNorm
 from model.initializers import clone_initializer
+from model.layer_norm import LayerNorm
 
 # Added to masked logits (in float32) so their softmax weight is exactly 0;
 # finite rather than -inf so a fully masked row could never produce NaN.

@@ -34,9 +34,9 @@ import tensorflow as tf
 from model.adaptive_softmax import AdaptiveEmbedding, AdaptiveSoftmax
 from model.config import ARCHITECTURE_LETTERS, SUPERNET, ModelConfig
 from model.dropout import FastDropout
-from model.layer_norm import LayerNorm
 from model.feed_forward import PositionwiseFeedForward
 from model.interface import is_decayed_by_role
+from model.layer_norm import LayerNorm
 from model.stochastic_block import StochasticBlock, make_attention
 
 
