@@ -39,6 +39,9 @@ flags.DEFINE_list("sp_symbols", None, "Words kept as one sentencepiece piece "
                   f"({_PER_DATASET}: <unk> for WikiText word-level files).")
 flags.DEFINE_boolean("lowercase", None, "Lowercase text (word, sentencepiece).")
 flags.DEFINE_boolean("byte_eos", None, "byte: map newlines to an <eos> id (vocab 257).")
+flags.DEFINE_boolean("sp_eos", None, "sentencepiece: an <eos> at every line end (default); "
+                     "--nosp_eos joins lines without one, as the original PAR implementation "
+                     "does.")
 flags.DEFINE_integer("batch_size", None, f"Training rows B ({_PER_DATASET}).")
 flags.DEFINE_integer("eval_batch_size", None, f"Rows for valid/test ({_PER_DATASET}).")
 flags.DEFINE_integer("seq_len", None, f"Segment length T ({_PER_DATASET}).")
@@ -48,7 +51,7 @@ flags.DEFINE_boolean("download", True, "Download missing raw files of named data
 
 _CONFIG_FLAGS = ("data_dir", "output_dir", "train_file", "valid_file", "test_file",
                  "tokenizer", "vocab_size", "min_count", "sp_model", "sp_model_type",
-                 "sp_symbols", "lowercase", "byte_eos", "batch_size", "eval_batch_size",
+                 "sp_symbols", "lowercase", "byte_eos", "sp_eos", "batch_size", "eval_batch_size",
                  "seq_len", "shards", "overwrite", "download")
 
 

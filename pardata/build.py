@@ -61,6 +61,7 @@ class BuildConfig:
     sp_symbols: tuple = ()
     lowercase: bool = False
     byte_eos: bool = False
+    sp_eos: bool = True
     batch_size: int = 32
     eval_batch_size: int = 0
     seq_len: int = 32
@@ -89,6 +90,8 @@ class BuildConfig:
              "--lowercase does not apply to --tokenizer=byte"),
             (self.tokenizer == "byte" or not self.byte_eos,
              "--byte_eos needs --tokenizer=byte"),
+            (self.tokenizer == "sentencepiece" or self.sp_eos,
+             "--nosp_eos needs --tokenizer=sentencepiece"),
             (self.tokenizer == "sentencepiece" or not self.sp_model,
              "--sp_model needs --tokenizer=sentencepiece"),
             (self.dataset != "text" or all(self.files()),
@@ -125,6 +128,8 @@ class BuildConfig:
                     "valid_file", "test_file"):
             fields.pop(key)
         fields["sp_symbols"] = list(self.sp_symbols)
+        if self.sp_eos:
+            fields.pop("sp_eos")  # the default: builds made before the flag stay up to date
         return fields
 
     def fingerprint(self, sources: dict) -> dict:
@@ -169,7 +174,8 @@ def train_tokenizer(config: BuildConfig, train: SplitSource) -> tokenizers.Token
                                              min_count=config.min_count,
                                              max_vocab=config.vocab_size)
     elif config.tokenizer == "sentencepiece" and config.sp_model:
-        tok = tokenizers.SentencePieceTokenizer.from_file(config.sp_model, config.lowercase)
+        tok = tokenizers.SentencePieceTokenizer.from_file(config.sp_model, config.lowercase,
+                                                          line_ends=config.sp_eos)
         if config.vocab_size and config.vocab_size != tok.vocab_size:
             raise DataError(f"--vocab_size={config.vocab_size} but --sp_model "
                             f"{config.sp_model} has {tok.vocab_size} pieces; drop --vocab_size")
@@ -178,7 +184,8 @@ def train_tokenizer(config: BuildConfig, train: SplitSource) -> tokenizers.Token
         with Heartbeat(progress.label):
             tok = tokenizers.SentencePieceTokenizer.train(
                 _lines(train), config.vocab_size, model_type=config.sp_model_type,
-                lowercase=config.lowercase, symbols=config.sp_symbols)
+                lowercase=config.lowercase, symbols=config.sp_symbols,
+                line_ends=config.sp_eos)
     else:
         tok = tokenizers.ByteTokenizer(eos=config.byte_eos)
     progress.finish(f"{tok.vocab_size} ids")
@@ -209,7 +216,11 @@ def encode_split(tok: tokenizers.Tokenizer, source: SplitSource, split: str,
     ids = np.concatenate(parts) if parts else np.zeros([0], np.int64)
     progress.finish(f"{len(ids)} ids")
     # Words count one per line too (as <eos> does), so word-level perplexity
-    # normalises by the usual WikiText token counts.
+    # normalises by the usual WikiText token counts. A stream without line
+    # ends models neither the line breaks nor their bytes.
+    if not tok.line_ends:
+        return ids, {"ids": int(len(ids)), "words": words, "lines": lines,
+                     "bytes": total - lines}
     return ids, {"ids": int(len(ids)), "words": words + lines, "lines": lines, "bytes": total}
 
 

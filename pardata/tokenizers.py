@@ -93,6 +93,11 @@ class Tokenizer:
         base = self._base_eos()
         return None if base is None else int(self._rank[base])
 
+    @property
+    def line_ends(self) -> bool:
+        """Whether the id stream marks line ends (an <eos>, or the newline byte)."""
+        return True
+
     def reserved_ids(self) -> dict:
         """Special token name -> ranked id."""
         return {name: int(self._rank[base]) for name, base in self._reserved_base().items()}
@@ -260,6 +265,10 @@ class WordTokenizer(Tokenizer):
 class SentencePieceTokenizer(Tokenizer):
     """Sentencepiece (Kudo & Richardson 2018) pieces per line, <eos> per line.
 
+    With `line_ends=False` the lines' pieces are joined without <eos> (the id
+    is still reserved): the token stream of the original PAR implementation,
+    which tokenizes each line on its own and drops the line breaks.
+
     Whitespace runs are collapsed to one space before encoding, so decoding
     restores the text up to whitespace.
 
@@ -271,18 +280,24 @@ class SentencePieceTokenizer(Tokenizer):
 
     kind = "sentencepiece"
 
-    def __init__(self, model_proto: bytes, lowercase: bool = False, order=None):
+    def __init__(self, model_proto: bytes, lowercase: bool = False, order=None,
+                 line_ends: bool = True):
         self.model_proto = model_proto
         self.lowercase = lowercase
+        self._line_ends = bool(line_ends)
         self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
         if self._sp.eos_id() < 0:
             raise DataError(f"the sentencepiece model has no end-of-sentence piece; "
                             f"train it with eos_id >= 0 (e.g. eos_piece={EOS})")
         super().__init__(order)
 
+    @property
+    def line_ends(self) -> bool:
+        return self._line_ends
+
     @classmethod
     def train(cls, lines, vocab_size, model_type="unigram", lowercase=False,
-              symbols=(), max_sentences=1_000_000):
+              symbols=(), max_sentences=1_000_000, line_ends=True):
         """Trains a model on training lines.
 
         Args:
@@ -292,6 +307,7 @@ class SentencePieceTokenizer(Tokenizer):
             lowercase: lowercase first.
             symbols: words that must stay one piece (e.g. WikiText's <unk>).
             max_sentences: sample at most this many lines (bounds memory).
+            line_ends: an <eos> after every line when encoding.
 
         Returns:
             A SentencePieceTokenizer in the model's order.
@@ -318,15 +334,15 @@ class SentencePieceTokenizer(Tokenizer):
                                 f"split (sentencepiece can make at most {limit} pieces); "
                                 "lower --vocab_size") from None
             raise DataError(f"sentencepiece training failed: {e}") from None
-        return cls(buf.getvalue(), lowercase=lowercase)
+        return cls(buf.getvalue(), lowercase=lowercase, line_ends=line_ends)
 
     @classmethod
-    def from_file(cls, path, lowercase=False):
+    def from_file(cls, path, lowercase=False, line_ends=True):
         """Loads an existing `.model` file (from --sp_model)."""
         try:
             with open(path, "rb") as f:
                 proto = f.read()
-            return cls(proto, lowercase=lowercase)
+            return cls(proto, lowercase=lowercase, line_ends=line_ends)
         except OSError as e:
             raise DataError(f"cannot read sentencepiece model {path}: {e.strerror}; "
                             "check --sp_model") from None
@@ -342,6 +358,8 @@ class SentencePieceTokenizer(Tokenizer):
             text = text.lower()
         lines, closed = _split_lines(text)
         pieces = self._sp.encode([" ".join(line.split()) for line in lines], out_type=int)
+        if not self._line_ends:
+            return np.array([i for p in pieces for i in p], dtype=np.int32)
         eos = self._sp.eos_id()
         out = []
         for p in pieces:
@@ -375,12 +393,13 @@ class SentencePieceTokenizer(Tokenizer):
             f.write(self.model_proto)
         np.savetxt(os.path.join(directory, SP_ORDER_FILE), self.order, fmt="%d")
         return {"kind": self.kind, "files": [SP_MODEL_FILE, SP_ORDER_FILE],
-                "lowercase": self.lowercase}
+                "lowercase": self.lowercase, "line_ends": self._line_ends}
 
     @classmethod
     def load(cls, directory, info):
         tok = cls.from_file(os.path.join(directory, SP_MODEL_FILE),
-                            lowercase=bool(info.get("lowercase", False)))
+                            lowercase=bool(info.get("lowercase", False)),
+                            line_ends=bool(info.get("line_ends", True)))
         tok.set_order(_load_order(os.path.join(directory, SP_ORDER_FILE)))
         return tok
 

@@ -410,3 +410,43 @@ def test_mirrored_strategy_gets_fixed_rows(built, project_root):
     result = subprocess.run([sys.executable, "-c", script], cwd=project_root,
                             capture_output=True, text=True, timeout=300)
     assert result.stdout.strip().endswith("ok"), result.stderr[-3000:]
+
+
+def test_sentencepiece_without_line_ends(tmp_path):
+    """--nosp_eos: each line's pieces, joined without <eos>; words and bytes
+    count no line breaks; the setting survives reloading; other tokenizers refuse it."""
+    text = "".join(f"line {i} has words {'x' * (i % 3)} and more\n" + ("\n" if i % 5 == 0 else "")
+                   for i in range(48))
+    for split in ("train", "valid", "test"):
+        (tmp_path / f"{split}.txt").write_text(text, encoding="utf-8")
+    files = {f"{s}_file": str(tmp_path / f"{s}.txt") for s in ("train", "valid", "test")}
+    config = data_utils.BuildConfig.for_dataset(
+        "text", output_dir=str(tmp_path / "out"), tokenizer="sentencepiece", vocab_size=30,
+        batch_size=2, eval_batch_size=3, seq_len=7, sp_eos=False, **files)
+    meta = data_utils.build_dataset(config)
+    _, tok = data_utils.load_built(config.output_dir)
+    assert not tok.line_ends and meta["tokenizer"]["line_ends"] is False
+    sp = tok._sp  # independent reference: sentencepiece on every line, concatenated
+    base = [i for line in text.split("\n") for i in sp.encode(" ".join(line.split()))]
+    expected = tok.to_ranked(np.array(base))
+    assert tok.eos_id not in expected.tolist()
+    for split in ("train", "valid", "test"):
+        np.testing.assert_array_equal(data_utils.read_stream(config.output_dir, split),
+                                      expected)
+    lines = text.count("\n")
+    stats = meta["splits"]["valid"]
+    assert stats["words"] == len(text.split()) and stats["lines"] == lines
+    assert stats["bytes"] == len(text.encode()) - lines
+    assert tok.decode(expected) == " ".join(text.split())
+    # The default keeps one <eos> per line, and a build made before the flag
+    # existed (no sp_eos in its fingerprint) is still up to date.
+    with_eos = data_utils.BuildConfig.for_dataset(
+        "text", output_dir=str(tmp_path / "eos"), tokenizer="sentencepiece", vocab_size=30,
+        batch_size=2, eval_batch_size=3, seq_len=7, **files)
+    assert "sp_eos" not in with_eos.settings() and "sp_eos" in config.settings()
+    eos_meta = data_utils.build_dataset(with_eos)
+    assert eos_meta["splits"]["valid"]["words"] == len(text.split()) + lines
+    assert data_utils.build_dataset(with_eos)["up_to_date"]
+    with pytest.raises(DataError, match="--nosp_eos needs --tokenizer=sentencepiece"):
+        data_utils.BuildConfig.for_dataset("text", output_dir=str(tmp_path / "w"),
+                                           tokenizer="word", sp_eos=False, **files)

@@ -61,7 +61,7 @@ GROUPS = {
         ("input", ("dataset", "data_dir", "train_file", "valid_file", "test_file",
                    "download")),
         ("tokenizer", ("tokenizer", "vocab_size", "min_count", "sp_model", "sp_model_type",
-                       "sp_symbols", "lowercase", "byte_eos")),
+                       "sp_symbols", "lowercase", "byte_eos", "sp_eos")),
         ("batching", ("batch_size", "eval_batch_size", "seq_len")),
         ("output", ("output_dir", "shards", "overwrite")),
     ),
