@@ -29,10 +29,15 @@ function is the adaptive softmax, except the tape's unscoped gradient sums
 (AddN, UnsortedSegmentSum), which inherit the category of their inputs read
 from the step's traced graph (`GradientSums`).
 
+`--cases compute-bound` profiles bench_train.py's compute-bound configuration
+(wt2_large's vocabulary, d_model 512, 8 blocks, seq_len = mem_len 128, batch
+16); `--precision mixed_bfloat16` any case under that policy.
+
 Usage:
     python bench/profile_step.py                 # 3 cases, 1-2 minutes
     python bench/profile_step.py --quick         # smoke check: 3 profiled steps
     python bench/profile_step.py --cases "hard search" --steps 40
+    python bench/profile_step.py --cases compute-bound --precision mixed_bfloat16 --steps 6
 Results: bench/results/profile_step.json and Markdown tables on stdout.
 """
 
@@ -62,14 +67,20 @@ from op_categories import (  # noqa: E402
 RESULTS = ROOT / "bench" / "results"
 STEP_MARKER = "profile_step"
 GRAPH_RUN = "KernelAndDeviceFunc::Run"  # a tf.function's graph executing
-PRESET, BATCH_SIZE, SEQ_LEN, PRECISION = "wt2_base", 32, 32, "float32"
+PRESET, BATCH_SIZE, SEQ_LEN = "wt2_base", 32, 32
+# bench_train.py's compute-bound configuration (its --big_* defaults).
+BIG = dict(preset="wt2_large", batch_size=16, seq_len=128)
+BIG_MODEL = dict(architecture="transformer_xl", d_model=512, num_heads=8, d_ffn=2048,
+                 num_blocks=8, mem_len=128)
 
 # label -> ModelConfig overrides of the preset (labels as in bench_train.py).
 CASES = {
     "soft search": dict(architecture="supernet", search_mode="soft"),
     "hard search": dict(architecture="supernet", search_mode="hard"),
     "transformer_xl afafaf": dict(architecture="transformer_xl"),
+    "compute-bound": BIG_MODEL,
 }
+DEFAULT_CASES = ("soft search", "hard search", "transformer_xl afafaf")
 
 
 # ------------------------------------------------------------------ trace reading
@@ -205,10 +216,13 @@ def profile_case(label, args, workdir):
     """Builds one case, times it, profiles it; returns its result dict."""
     from model.builder import preset_config
 
-    config = preset_config(PRESET, **CASES[label])
-    name = f"{PRESET} {label} {PRECISION}"
+    preset, batch_size, seq_len = ((BIG["preset"], BIG["batch_size"], BIG["seq_len"])
+                                   if label == "compute-bound" else (PRESET, BATCH_SIZE, SEQ_LEN))
+    precision = args.precision
+    config = preset_config(preset, **CASES[label])
+    name = f"{preset} {label} {precision}"
     t0 = time.perf_counter()
-    case = bench_train.Case(name, config, BATCH_SIZE, SEQ_LEN, PRECISION, workdir, True)
+    case = bench_train.Case(name, config, batch_size, seq_len, precision, workdir, True)
     case.run(1 + args.warmup)  # trace, then warm up
     built_s = time.perf_counter() - t0
     unprofiled_ms = 1e3 * statistics.median(case.run(1) for _ in range(args.steps))
@@ -221,7 +235,7 @@ def profile_case(label, args, workdir):
     except (AttributeError, TypeError, ValueError) as error:
         print(f"{name}: no graph for the gradient sums ({error}); they count as other")
     logdir = tempfile.mkdtemp(prefix="profile_", dir=workdir)
-    keras.mixed_precision.set_global_policy(PRECISION)
+    keras.mixed_precision.set_global_policy(precision)
     tf.profiler.experimental.start(logdir)
     try:
         for i in range(args.steps):
@@ -233,7 +247,7 @@ def profile_case(label, args, workdir):
         keras.mixed_precision.set_global_policy("float32")
     result = analyse(read_host_plane(logdir), case.trainer.model.name, gradient_sums)
     result.update(name=name, label=label, unprofiled_ms=unprofiled_ms, build_and_warmup_s=built_s,
-                  batch_size=BATCH_SIZE, seq_len=SEQ_LEN, precision=PRECISION,
+                  batch_size=batch_size, seq_len=seq_len, precision=precision,
                   model=config.to_dict())
     print(f"{name}: built and warmed in {built_s:.0f} s, {unprofiled_ms:.1f} ms/step "
           f"unprofiled, {result['wall_ms']:.1f} profiled", flush=True)
@@ -308,7 +322,10 @@ def parse_args(argv):
     parser.add_argument("--quick", action="store_true",
                         help="smoke check: 1 warm-up and 3 profiled steps per case")
     parser.add_argument("--cases", default="",
-                        help="comma-separated substrings of " + ", ".join(CASES) + " (default all)")
+                        help="comma-separated substrings of " + ", ".join(CASES) +
+                        " (default: the three wt2_base cases)")
+    parser.add_argument("--precision", default="float32", choices=["float32", "mixed_bfloat16"],
+                        help="Keras dtype policy of every case")
     parser.add_argument("--steps", type=int, default=None,
                         help="profiled (and unprofiled timed) steps per case (default 20, quick 3)")
     parser.add_argument("--warmup", type=int, default=None,
@@ -320,7 +337,8 @@ def parse_args(argv):
     if args.steps < 1 or args.warmup < 0:
         parser.error("--steps must be >= 1 and --warmup >= 0")
     keep = [k.strip() for k in args.cases.split(",") if k.strip()]
-    args.labels = [label for label in CASES if not keep or any(k in label for k in keep)]
+    args.labels = [label for label in CASES
+                   if (label in DEFAULT_CASES if not keep else any(k in label for k in keep))]
     if not args.labels:
         parser.error(f"--cases={args.cases!r} matches none of {', '.join(CASES)}")
     return args

@@ -194,3 +194,21 @@ def test_quick_run_splits_the_step(tmp_path):
     assert case["op_ms"] >= case["busy_ms"] * 0.99  # summed over threads
     assert case["top_op_types"][0]["ms"] >= case["top_op_types"][-1]["ms"] > 0
     assert "| attention |" in result["markdown"]
+
+
+def test_case_selection_and_precision():
+    assert ps.parse_args([]).labels == list(ps.DEFAULT_CASES)
+    args = ps.parse_args(["--cases", "compute-bound", "--precision", "mixed_bfloat16"])
+    assert args.labels == ["compute-bound"] and args.precision == "mixed_bfloat16"
+    assert ps.parse_args(["--cases", "search"]).labels == ["soft search", "hard search"]
+    with pytest.raises(SystemExit):
+        ps.parse_args(["--cases", "nothing"])
+
+
+def test_quick_run_under_bfloat16(tmp_path):
+    out = tmp_path / "profile_step.json"
+    ps.main(["--quick", "--cases", "transformer_xl", "--precision", "mixed_bfloat16",
+             f"--out={out}"])
+    (case,) = json.loads(out.read_text())["cases"]
+    assert case["precision"] == "mixed_bfloat16" and case["name"].endswith("mixed_bfloat16")
+    assert "Cast" in case["op_types"]  # the policy's casts ran
