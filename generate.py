@@ -32,7 +32,8 @@ flags.DEFINE_string("model_dir", None, "Run directory written by train.py (confi
 flags.DEFINE_string("checkpoint", "best", "best (best on valid; the latest if the run was "
                     "never evaluated), latest, or a checkpoint path (ckpt-<step> prefix, "
                     "absolute or inside --model_dir).")
-flags.DEFINE_string("prompt", "", "Text to continue; empty starts at a line start (<eos>).")
+flags.DEFINE_string("prompt", "", "Text to continue; empty starts at a line start (<eos>), "
+                    "which a --nosp_eos build does not have.")
 flags.DEFINE_string("prompt_file", None, "UTF-8 file whose content is the prompt (instead "
                     "of --prompt).")
 flags.DEFINE_integer("num_tokens", 100, "Tokens to generate per sample (>= 1).")

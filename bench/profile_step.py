@@ -219,7 +219,10 @@ def profile_case(label, args, workdir):
     preset, batch_size, seq_len = ((BIG["preset"], BIG["batch_size"], BIG["seq_len"])
                                    if label == "compute-bound" else (PRESET, BATCH_SIZE, SEQ_LEN))
     precision = args.precision
-    config = preset_config(preset, **CASES[label])
+    overrides = dict(CASES[label])
+    if label == "compute-bound" and getattr(args, "quick", False):
+        overrides["num_blocks"], batch_size = 2, 4  # bench_train.py's --quick sizes
+    config = preset_config(preset, **overrides)
     name = f"{preset} {label} {precision}"
     t0 = time.perf_counter()
     case = bench_train.Case(name, config, batch_size, seq_len, precision, workdir, True)

@@ -202,11 +202,11 @@ def encode_split(tok: tokenizers.Tokenizer, source: SplitSource, split: str,
     """
     total = source.size()
     progress = Progress(f"tokenizing {split}", total)
-    parts, words, lines = [], 0, 0
+    parts, words, lines, newlines = [], 0, 0, 0
     byte_level = isinstance(tok, tokenizers.ByteTokenizer)
     for offset, data in iter_chunks(source, align_lines=not byte_level):
         w, n = count_words_lines(data, at_end=offset + len(data) == total)
-        words, lines = words + w, lines + n
+        words, lines, newlines = words + w, lines + n, newlines + data.count(b"\n")
         if byte_level:
             ids = tok.encode_bytes_base(data)
         else:
@@ -220,7 +220,7 @@ def encode_split(tok: tokenizers.Tokenizer, source: SplitSource, split: str,
     # ends models neither the line breaks nor their bytes.
     if not tok.line_ends:
         return ids, {"ids": int(len(ids)), "words": words, "lines": lines,
-                     "bytes": total - lines}
+                     "bytes": total - newlines}
     return ids, {"ids": int(len(ids)), "words": words + lines, "lines": lines, "bytes": total}
 
 
@@ -242,9 +242,12 @@ def _read_existing(config: BuildConfig) -> dict | None:
 
 def _different_build(config: BuildConfig, existing: dict, wanted: dict) -> DataError:
     """The error for an --output_dir holding another build (`wanted`: fingerprint keys)."""
-    have = {k: v for k, v in (existing.get("build") or {}).items() if k in wanted}
-    differ = [k.replace("sources", "raw files") for k in sorted(wanted)
-              if have.get(k) != wanted[k]]
+    have = existing.get("build") or {}
+    keys = set(wanted) | set(have)  # a setting left at its default is absent on one side
+    if "sources" not in wanted:
+        keys.discard("sources")
+    differ = [k.replace("sources", "raw files") for k in sorted(keys)
+              if have.get(k) != wanted.get(k)]
     tok = existing.get("tokenizer", {}).get("kind")
     return DataError(
         f"--output_dir={config.output_dir} already holds a different build (dataset="

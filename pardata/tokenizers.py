@@ -103,7 +103,8 @@ class Tokenizer:
         return {name: int(self._rank[base]) for name, base in self._reserved_base().items()}
 
     def encode(self, text: str) -> list[int]:
-        """Ranked ids of `text`: one <eos> per "\\n", none after a last open line."""
+        """Ranked ids of `text`: one <eos> per "\\n", none after a last open line
+        (none at all for a sentencepiece tokenizer without line ends)."""
         return self.encode_array(text).tolist()
 
     def encode_array(self, text: str) -> np.ndarray:

@@ -26,8 +26,9 @@ split on the host in float64 (`training.metrics.NllAccumulator`).
 
 Perplexity `exp(total NLL / tokens)`, word perplexity `exp(total NLL /
 words)` and bits per byte `total NLL / ln 2 / bytes` come from
-`training.metrics.lm_metrics`. Words (whitespace words plus one per line) and
-UTF-8 bytes are meta.json's for a split and are counted by the build's own
+`training.metrics.lm_metrics`. Words (whitespace words plus one per line; without
+the line ends for a `--nosp_eos` build) and UTF-8 bytes (without the newlines for
+such a build) are meta.json's for a split and are counted by the build's own
 code (`pardata.build.encode_split`) for a text file; they are exact because
 the whole text is scored.
 
@@ -207,7 +208,8 @@ def text_file_ids(tokenizer, path):
     """Ids of a text file with the run's tokenizer, and its words and bytes.
 
     Counted by the build's own code (`pardata.build.encode_split`): words are
-    whitespace words plus one per line, bytes the file's size.
+    whitespace words plus one per line, bytes the file's size (for a tokenizer
+    without line ends, `--nosp_eos`: no word per line and no newline bytes).
 
     Returns:
         (int array [L], {"ids", "words", "lines", "bytes"}).
@@ -248,6 +250,11 @@ def _check_same_tokenizer(run, data_dir, meta):
             or meta["vocab_size"] != own["vocab_size"]:
         problem = (f"a {meta['tokenizer'].get('kind')} tokenizer of {meta['vocab_size']} ids, "
                    f"the run's is {own['tokenizer'].get('kind')} of {own['vocab_size']}")
+    elif meta["tokenizer"].get("line_ends", True) != own["tokenizer"].get("line_ends", True):
+        ends = {True: "with", False: "without"}
+        problem = (f"its lines end {ends[meta['tokenizer'].get('line_ends', True)]} <eos>, the "
+                   f"run's {ends[own['tokenizer'].get('line_ends', True)]} (build_data.py "
+                   "--sp_eos / --nosp_eos)")
     else:
         for name in own["tokenizer"].get("files", []):
             theirs = os.path.join(data_dir, name)

@@ -368,6 +368,11 @@ def encode_prompt(tokenizer, text):
                 if word != literal and word not in unknown and unk in tokenizer.encode(word):
                     unknown.append(word)
         start = not ids
+        if start and not tokenizer.line_ends:
+            raise GenerationError(
+                "the prompt is empty and this run's sentencepiece build has no line ends "
+                "(build_data.py --nosp_eos), so there is no line start to begin from: give a "
+                "non-empty --prompt or --prompt_file")
         if start:
             ids = tokenizer.encode("\n")
     except (ValueError, RuntimeError, UnicodeError, data_utils.DataError) as error:

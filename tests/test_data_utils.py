@@ -5,17 +5,21 @@ index formulas for where every id of the stream must land.
 """
 
 import collections
+import dataclasses
 import json
 import shutil
 import subprocess
 import sys
 import textwrap
+import types
 
 import numpy as np
 import pytest
 
 import data_utils
 from data_utils import DataError
+from pardata.build import encode_split
+from pardata.text import SplitSource
 from pardata.tokenizers import load_tokenizer_files
 
 
@@ -447,6 +451,28 @@ def test_sentencepiece_without_line_ends(tmp_path):
     eos_meta = data_utils.build_dataset(with_eos)
     assert eos_meta["splits"]["valid"]["words"] == len(text.split()) + lines
     assert data_utils.build_dataset(with_eos)["up_to_date"]
+    # Either way round, a build over the other names the setting that differs.
+    over = dataclasses.replace(with_eos, output_dir=config.output_dir)
+    with pytest.raises(DataError, match=r"differs in sp_eos\)"):
+        data_utils.build_dataset(over)
+    with pytest.raises(DataError, match=r"differs in sp_eos\)"):
+        data_utils.build_dataset(dataclasses.replace(config, output_dir=with_eos.output_dir))
+    # Evaluation refuses the other build for this run, naming the flag; an empty
+    # generation prompt has no line start to begin from.
+    from serving.evaluation import EvaluationError, _check_same_tokenizer
+    from serving.generation import GenerationError, encode_prompt
+    with pytest.raises(EvaluationError, match=r"lines end without <eos>, the run's with "
+                                              r"\(build_data.py --sp_eos / --nosp_eos\)"):
+        _check_same_tokenizer(types.SimpleNamespace(data_dir=with_eos.output_dir),
+                              config.output_dir, meta)
+    with pytest.raises(GenerationError, match="give a non-empty --prompt"):
+        encode_prompt(tok, "  ")
+    assert encode_prompt(tok, "line 3").ids == tuple(tok.encode("line 3"))
+    # A last line without a newline: bytes lose only the newlines there are.
+    open_end = tmp_path / "open.txt"
+    open_end.write_text("hello world\nsecond line", encoding="utf-8")
+    _, open_stats = encode_split(tok, SplitSource(str(open_end)), "open")
+    assert open_stats["bytes"] == 22 and open_stats["words"] == 4
     with pytest.raises(DataError, match="--nosp_eos needs --tokenizer=sentencepiece"):
         data_utils.BuildConfig.for_dataset("text", output_dir=str(tmp_path / "w"),
                                            tokenizer="word", sp_eos=False, **files)

@@ -11,6 +11,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 
 import spm_from_vocab  # noqa: E402
+from sentencepiece import sentencepiece_model_pb2 as model_pb2  # noqa: E402
 
 SPECIALS = ["--unk_piece=[UNK]", "--bos_piece=[BOS]", "--eos_piece=[EOS]",
             "--pad_piece=[PAD]"]
@@ -45,6 +46,14 @@ def test_rebuilt_model_encodes_like_the_original(trained, shared_data, tmp_path)
         original.encode("The CAT @-@ Dog <unk>", out_type=str)
     for name in ("unk_id", "bos_id", "eos_id", "pad_id", "get_piece_size"):
         assert getattr(rebuilt, name)() == getattr(original, name)()
+    # The pieces themselves: names, types (user symbol, control, unknown) and
+    # scores (the .vocab rounds them to 6 digits).
+    want, got = model_pb2.ModelProto(), model_pb2.ModelProto()
+    want.ParseFromString((trained / "m.model").read_bytes())
+    got.ParseFromString(out.read_bytes())
+    assert [(p.piece, p.type) for p in got.pieces] == [(p.piece, p.type) for p in want.pieces]
+    assert max(abs(a.score - b.score) for a, b in zip(got.pieces, want.pieces)) < 1e-4
+    assert got.normalizer_spec == want.normalizer_spec
     # Without case folding the same pieces segment capitals differently: the
     # normalizer really comes from --normalization.
     plain = tmp_path / "plain.model"
@@ -60,6 +69,9 @@ def test_errors_are_one_line_and_write_nothing(trained, tmp_path, capsys):
     out = tmp_path / "never.model"
     cases = [
         ("[UNK]\t0\nabc\n", "line 2 is not '<piece>\\\\t<score>'"),
+        ("[UNK]\t0\nab\tnan\n", "line 2 is not"),
+        ("[UNK]\t0\nab\t-1\n\n", "line 3 is not"),  # a blank line
+        ("[UNK]\t0\n<0x00>\t0\n", "has 1 of the 256 byte pieces"),
         ("[UNK]\t0\nab\t-1\nab\t-2\n", "piece 'ab' appears twice"),
         ("", "is empty"),
     ]
@@ -74,6 +86,14 @@ def test_errors_are_one_line_and_write_nothing(trained, tmp_path, capsys):
     assert "--unk_piece='<unk>' is not in the vocabulary" in capsys.readouterr().err
     assert spm_from_vocab.main([str(tmp_path / "missing.vocab"), f"--out={out}"]) == 1
     assert "cannot read" in capsys.readouterr().err
+    assert spm_from_vocab.main([str(trained / "m.vocab"), f"--out={out}", *SPECIALS,
+                                "--user_symbols=[EOS]"]) == 1
+    assert "must all be different pieces" in capsys.readouterr().err
+    missing_dir = tmp_path / "no" / "such" / "dir.model"
+    assert spm_from_vocab.main([str(trained / "m.vocab"), f"--out={missing_dir}",
+                                "--user_symbols=@-@", *SPECIALS]) == 1
+    assert "cannot write --out=" in capsys.readouterr().err
+    assert not (tmp_path / "no").exists()
     assert not out.exists() and not (tmp_path / "never.model.tmp").exists()
 
 
@@ -85,3 +105,20 @@ def test_cli(trained, tmp_path):
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert "800 pieces, nfkc_cf normalization, unk id 3, eos id 2" in done.stdout
+
+
+def test_byte_fallback_and_bom(shared_data, tmp_path):
+    """A byte-fallback model's <0x..> pieces become byte pieces again, and a
+    .vocab saved with a BOM reads like one without."""
+    spm.SentencePieceTrainer.train(
+        input=str(shared_data / "wikitext-2" / "wiki.valid.tokens"),
+        model_prefix=str(tmp_path / "b"), vocab_size=600, byte_fallback=True, minloglevel=2)
+    vocab = tmp_path / "bom.vocab"
+    vocab.write_bytes(b"\xef\xbb\xbf" + (tmp_path / "b.vocab").read_bytes())
+    out = tmp_path / "b_rebuilt.model"
+    assert spm_from_vocab.main([str(vocab), f"--out={out}"]) == 0
+    original = spm.SentencePieceProcessor(model_file=str(tmp_path / "b.model"))
+    rebuilt = spm.SentencePieceProcessor(model_file=str(out))
+    text = "naïve 日本 ☃ text"
+    assert rebuilt.encode(text) == original.encode(text)
+    assert original.unk_id() not in original.encode(text)  # bytes, not <unk>

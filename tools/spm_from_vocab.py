@@ -1,11 +1,14 @@
 r"""Rebuilds a sentencepiece `.model` from its `.vocab` file.
 
 A sentencepiece vocabulary file ("<piece>\t<score>" per line, in id order) is
-what projects often publish as text; it holds every piece and score, which is
-all that encoding needs besides the text normalizer. This tool takes the
-normalizer (and the special pieces' names) from a throwaway model trained here
-with the same options, puts the published pieces and scores in it, and checks
-the result loads with the special ids where the vocabulary has them.
+what projects often publish as text; it holds every piece and score. This tool
+takes the normalizer (and the special pieces' names) from a throwaway model
+trained here with the same options, puts the published pieces and scores in
+it, and checks the result loads with the special ids where the vocabulary has
+them. Byte pieces (<0x00>..<0xFF>, all 256) turn byte fallback on. Options a
+.vocab file cannot show keep sentencepiece's defaults: a dummy space prefix,
+extra whitespace removed, whitespace as a prefix (not a suffix); a model
+trained with other values of these encodes differently once rebuilt.
 
 The original PAR implementation's tokenizer (12k unigram, NFKC with case
 folding, `@-@` as a user symbol; its repository's tokenizer/wiki2_12k.vocab):
@@ -20,7 +23,9 @@ output is written to a temporary file and renamed, so it is never half-written.
 
 import argparse
 import io
+import math
 import os
+import re
 import sys
 
 import sentencepiece as spm
@@ -28,6 +33,7 @@ from sentencepiece import sentencepiece_model_pb2 as model_pb2
 
 NORMALIZATIONS = ("identity", "nfkc", "nfkc_cf", "nmt_nfkc", "nmt_nfkc_cf")
 _TYPES = model_pb2.ModelProto.SentencePiece
+_BYTE_PIECE = re.compile(r"^<0x[0-9A-F]{2}>$")
 
 
 class VocabError(ValueError):
@@ -37,7 +43,7 @@ class VocabError(ValueError):
 def read_vocab(path):
     """[(piece, score)] of a .vocab file, in id order."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             text = f.read()
     except OSError as e:
         raise VocabError(f"cannot read {path}: {e.strerror}; check the vocabulary path") from None
@@ -52,7 +58,7 @@ def read_vocab(path):
             value = float(score)
         except ValueError:
             value = None
-        if not tab or not piece or value is None:
+        if not tab or not piece or value is None or not math.isfinite(value):
             raise VocabError(f"{path} line {number} is not '<piece>\\t<score>': {line[:60]!r}")
         if piece in seen:
             raise VocabError(f"{path} line {number}: piece {piece!r} appears twice")
@@ -75,6 +81,9 @@ def _template(entries, args):
     for symbol in args.user_symbols:
         if symbol not in pieces:
             raise VocabError(f"--user_symbols: {symbol!r} is not in the vocabulary")
+    named = [p for p in specials.values() if p] + list(args.user_symbols)
+    if len(set(named)) != len(named):
+        raise VocabError("the --*_piece names and --user_symbols must all be different pieces")
     options = dict(unk_piece=args.unk_piece, unk_id=0, bos_id=-1, eos_id=-1, pad_id=-1)
     next_id = 1
     for name in ("bos", "eos", "pad"):
@@ -82,11 +91,14 @@ def _template(entries, args):
             options[f"{name}_piece"], options[f"{name}_id"] = specials[name], next_id
             next_id += 1
     buf = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(["a b"] * 4), model_writer=buf, model_type=args.model_type,
-        vocab_size=next_id + len(args.user_symbols) + 3, hard_vocab_limit=False,
-        normalization_rule_name=args.normalization, user_defined_symbols=args.user_symbols,
-        character_coverage=1.0, minloglevel=2, **options)
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(["a b"] * 4), model_writer=buf, model_type=args.model_type,
+            vocab_size=next_id + len(args.user_symbols) + 3, hard_vocab_limit=False,
+            normalization_rule_name=args.normalization, user_defined_symbols=args.user_symbols,
+            character_coverage=1.0, minloglevel=2, **options)
+    except RuntimeError as e:
+        raise VocabError(f"sentencepiece refused these options: {e}") from None
     template = model_pb2.ModelProto()
     template.ParseFromString(buf.getvalue())
     return template
@@ -99,6 +111,12 @@ def build_model(entries, args):
     types.update({p: _TYPES.CONTROL for p in (args.bos_piece, args.eos_piece, args.pad_piece)
                   if p})
     types.update({s: _TYPES.USER_DEFINED for s in args.user_symbols})
+    byte_pieces = [p for p, _ in entries if _BYTE_PIECE.match(p)]
+    if byte_pieces and len(byte_pieces) != 256:
+        raise VocabError(f"the vocabulary has {len(byte_pieces)} of the 256 byte pieces "
+                         "<0x00>..<0xFF>: byte fallback needs all of them")
+    types.update({p: _TYPES.BYTE for p in byte_pieces})
+    model.trainer_spec.byte_fallback = bool(byte_pieces)
     del model.pieces[:]
     for piece, score in entries:
         model.pieces.add(piece=piece, score=score, type=types.get(piece, _TYPES.NORMAL))
@@ -110,7 +128,10 @@ def build_model(entries, args):
         piece = getattr(args, f"{name}_piece")
         setattr(spec, f"{name}_id", index[piece] if piece else -1)
     data = model.SerializeToString()
-    sp = spm.SentencePieceProcessor(model_proto=data)
+    try:
+        sp = spm.SentencePieceProcessor(model_proto=data)
+    except RuntimeError as e:
+        raise VocabError(f"sentencepiece cannot load the rebuilt model: {e}") from None
     checks = [("pieces", sp.get_piece_size(), len(entries)),
               ("unk id", sp.unk_id(), index[args.unk_piece])]
     checks += [(f"{name} id", getattr(sp, f"{name}_id")(), index[piece])
