@@ -266,6 +266,18 @@ def trainer_available():
     return True
 
 
+def compute_bound_case(args):
+    """(ModelConfig, batch_size, seq_len) of the compute-bound case, from the --big_* flags
+    (bench/profile_step.py profiles the same case)."""
+    from model.builder import preset_config
+
+    big = dict(architecture="transformer_xl", d_model=args.big_d_model, num_heads=args.big_heads,
+               d_ffn=4 * args.big_d_model, num_blocks=args.big_blocks, mem_len=args.big_seq_len)
+    if args.big_dropout is not None:
+        big["dropout"] = args.big_dropout
+    return preset_config("wt2_large", **big), args.big_batch, args.big_seq_len
+
+
 def case_specs(args):
     """(name, ModelConfig, batch_size, seq_len, precision) of every case to run."""
     from model.builder import preset_config
@@ -279,12 +291,8 @@ def case_specs(args):
     precisions = ["float32", "mixed_bfloat16"]
     specs = [(f"wt2_base {label} {precision}", preset_config("wt2_base", **overrides), 32, 32,
               precision) for precision in precisions for label, overrides in archs]
-    big = dict(architecture="transformer_xl", d_model=args.big_d_model, num_heads=args.big_heads,
-               d_ffn=4 * args.big_d_model, num_blocks=args.big_blocks, mem_len=args.big_seq_len)
-    if args.big_dropout is not None:
-        big["dropout"] = args.big_dropout
-    specs += [(f"compute-bound {precision}", preset_config("wt2_large", **big), args.big_batch,
-               args.big_seq_len, precision) for precision in precisions]
+    big = compute_bound_case(args)
+    specs += [(f"compute-bound {precision}",) + big + (precision,) for precision in precisions]
     specs = [spec + (False,) for spec in specs]
     if args.xla:  # each case again, compiled with XLA (--xla of train.py)
         specs = [twin for spec in specs

@@ -68,17 +68,15 @@ RESULTS = ROOT / "bench" / "results"
 STEP_MARKER = "profile_step"
 GRAPH_RUN = "KernelAndDeviceFunc::Run"  # a tf.function's graph executing
 PRESET, BATCH_SIZE, SEQ_LEN = "wt2_base", 32, 32
-# bench_train.py's compute-bound configuration (its --big_* defaults).
-BIG = dict(preset="wt2_large", batch_size=16, seq_len=128)
-BIG_MODEL = dict(architecture="transformer_xl", d_model=512, num_heads=8, d_ffn=2048,
-                 num_blocks=8, mem_len=128)
+COMPUTE_BOUND = "compute-bound"
 
-# label -> ModelConfig overrides of the preset (labels as in bench_train.py).
+# label -> ModelConfig overrides of the preset (labels as in bench_train.py);
+# the compute-bound case is bench_train.compute_bound_case with its default flags.
 CASES = {
     "soft search": dict(architecture="supernet", search_mode="soft"),
     "hard search": dict(architecture="supernet", search_mode="hard"),
     "transformer_xl afafaf": dict(architecture="transformer_xl"),
-    "compute-bound": BIG_MODEL,
+    COMPUTE_BOUND: None,
 }
 DEFAULT_CASES = ("soft search", "hard search", "transformer_xl afafaf")
 
@@ -216,13 +214,14 @@ def profile_case(label, args, workdir):
     """Builds one case, times it, profiles it; returns its result dict."""
     from model.builder import preset_config
 
-    preset, batch_size, seq_len = ((BIG["preset"], BIG["batch_size"], BIG["seq_len"])
-                                   if label == "compute-bound" else (PRESET, BATCH_SIZE, SEQ_LEN))
     precision = args.precision
-    overrides = dict(CASES[label])
-    if label == "compute-bound" and getattr(args, "quick", False):
-        overrides["num_blocks"], batch_size = 2, 4  # bench_train.py's --quick sizes
-    config = preset_config(preset, **overrides)
+    if label == COMPUTE_BOUND:  # bench_train.py's, with its --quick sizes under --quick
+        preset = "wt2_large"
+        config, batch_size, seq_len = bench_train.compute_bound_case(
+            bench_train.parse_args(["--quick"] if getattr(args, "quick", False) else []))
+    else:
+        preset, batch_size, seq_len = PRESET, BATCH_SIZE, SEQ_LEN
+        config = preset_config(preset, **CASES[label])
     name = f"{preset} {label} {precision}"
     t0 = time.perf_counter()
     case = bench_train.Case(name, config, batch_size, seq_len, precision, workdir, True)

@@ -202,11 +202,11 @@ def encode_split(tok: tokenizers.Tokenizer, source: SplitSource, split: str,
     """
     total = source.size()
     progress = Progress(f"tokenizing {split}", total)
-    parts, words, lines, newlines = [], 0, 0, 0
+    parts, words, lines, last = [], 0, 0, b""
     byte_level = isinstance(tok, tokenizers.ByteTokenizer)
     for offset, data in iter_chunks(source, align_lines=not byte_level):
         w, n = count_words_lines(data, at_end=offset + len(data) == total)
-        words, lines, newlines = words + w, lines + n, newlines + data.count(b"\n")
+        words, lines, last = words + w, lines + n, data[-1:]
         if byte_level:
             ids = tok.encode_bytes_base(data)
         else:
@@ -217,11 +217,13 @@ def encode_split(tok: tokenizers.Tokenizer, source: SplitSource, split: str,
     progress.finish(f"{len(ids)} ids")
     # Words count one per line too (as <eos> does), so word-level perplexity
     # normalises by the usual WikiText token counts. A stream without line
-    # ends models neither the line breaks nor their bytes.
-    if not tok.line_ends:
-        return ids, {"ids": int(len(ids)), "words": words, "lines": lines,
-                     "bytes": total - newlines}
-    return ids, {"ids": int(len(ids)), "words": words + lines, "lines": lines, "bytes": total}
+    # ends models neither the line breaks nor their bytes (every line but an
+    # open last one ends with a newline byte).
+    if tok.line_ends:
+        words, num_bytes = words + lines, total
+    else:
+        num_bytes = total - (lines - int(last not in (b"", b"\n")))
+    return ids, {"ids": int(len(ids)), "words": words, "lines": lines, "bytes": num_bytes}
 
 
 def _read_existing(config: BuildConfig) -> dict | None:

@@ -250,11 +250,11 @@ def _check_same_tokenizer(run, data_dir, meta):
             or meta["vocab_size"] != own["vocab_size"]:
         problem = (f"a {meta['tokenizer'].get('kind')} tokenizer of {meta['vocab_size']} ids, "
                    f"the run's is {own['tokenizer'].get('kind')} of {own['vocab_size']}")
-    elif meta["tokenizer"].get("line_ends", True) != own["tokenizer"].get("line_ends", True):
+    elif (theirs := meta["tokenizer"].get("line_ends", True)) \
+            != (ours := own["tokenizer"].get("line_ends", True)):
         ends = {True: "with", False: "without"}
-        problem = (f"its lines end {ends[meta['tokenizer'].get('line_ends', True)]} <eos>, the "
-                   f"run's {ends[own['tokenizer'].get('line_ends', True)]} (build_data.py "
-                   "--sp_eos / --nosp_eos)")
+        problem = (f"its lines end {ends[theirs]} <eos>, the run's {ends[ours]} "
+                   "(build_data.py --sp_eos / --nosp_eos)")
     else:
         for name in own["tokenizer"].get("files", []):
             theirs = os.path.join(data_dir, name)

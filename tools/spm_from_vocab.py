@@ -105,7 +105,7 @@ def _template(entries, args):
 
 
 def build_model(entries, args):
-    """Serialized ModelProto with `entries` as its pieces."""
+    """(serialized ModelProto with `entries` as its pieces, its loaded processor)."""
     model = _template(entries, args)
     types = {args.unk_piece: _TYPES.UNKNOWN}
     types.update({p: _TYPES.CONTROL for p in (args.bos_piece, args.eos_piece, args.pad_piece)
@@ -140,7 +140,7 @@ def build_model(entries, args):
     for what, got, want in checks:
         if got != want:
             raise VocabError(f"the rebuilt model has {what} {got}, the vocabulary {want}")
-    return data
+    return data, sp
 
 
 def parse_args(argv):
@@ -167,7 +167,7 @@ def parse_args(argv):
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        data = build_model(read_vocab(args.vocab), args)
+        data, sp = build_model(read_vocab(args.vocab), args)
         tmp = f"{args.out}.tmp"
         try:
             with open(tmp, "wb") as f:
@@ -180,7 +180,6 @@ def main(argv=None):
     except VocabError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    sp = spm.SentencePieceProcessor(model_proto=data)
     print(f"wrote {args.out}: {sp.get_piece_size()} pieces, {args.normalization} "
           f"normalization, unk id {sp.unk_id()}, eos id {sp.eos_id()}")
     return 0
