@@ -1,7 +1,7 @@
 """Builds context-batched TFRecords + meta.json from a named dataset or text files.
 
 Examples:
-  python build_data.py --dataset=wikitext2 --data_dir=../shared/data
+  python build_data.py --dataset=wikitext2          # the copy shipped in datasets/
   python build_data.py --dataset=enwik8            # downloads into data/raw
   python build_data.py --dataset=text --train_file=a.txt --valid_file=b.txt \
       --test_file=c.txt --tokenizer=sentencepiece --vocab_size=8000

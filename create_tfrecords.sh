@@ -12,7 +12,7 @@
 #   output    data/<dataset> next to this script, unless --output_dir is given
 #
 # Examples:
-#   DATA_DIR=../shared/data ./create_tfrecords.sh
+#   DATA_DIR=/path/with/wikitext-2 ./create_tfrecords.sh
 #   ./create_tfrecords.sh enwik8 --shards=8
 #   ./create_tfrecords.sh wikitext103 --tokenizer=sentencepiece --vocab_size=32000
 # Running it again with the same settings is a no-op (every shard's sha256 is

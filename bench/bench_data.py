@@ -5,7 +5,7 @@ TensorFlow import, which is reported separately. Prints medians, the ratio to
 the budgets of issue 2 (word < 30 s, sentencepiece 12k < 90 s, RSS < 2 GB) and
 the command line.
 
-    python bench/bench_data.py --data_dir=../shared/data --runs=3
+    python bench/bench_data.py --runs=3
 """
 
 import argparse
@@ -67,7 +67,8 @@ def run(tokenizer: str, args, out: str, read: bool) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data_dir", default=os.path.join(ROOT, "..", "shared", "data"))
+    parser.add_argument("--data_dir", default=os.path.join(ROOT, "data", "raw"),
+                        help="raw files; WikiText-2 is unpacked there from datasets/ if absent")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--tokenizers", default="word,sentencepiece")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)

@@ -86,8 +86,8 @@ def _hutter(name, checksum, file_checksum):
 
 # Archive checksums: Hugging Face `datasets` (wikitext, enwik8
 # dataset_infos.json) and GluonNLP (text8, sha1). File checksums: the WikiText-2
-# copy in ../shared/data (SOURCES.md; shipped in datasets/wikitext-2, whose
-# README lists the same values), enwik8's published md5, GluonNLP's text8.
+# copy shipped in datasets/wikitext-2 (its README lists the same values and
+# where they were checked), enwik8's published md5, GluonNLP's text8.
 SOURCES = types.MappingProxyType({
     "wikitext2": _wikitext(
         "wikitext-2", "wikitext-2-v1.zip", "tokens",

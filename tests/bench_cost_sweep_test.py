@@ -123,12 +123,12 @@ def test_missing_data_dir_exits_1(tmp_path, capsys):
 
 
 @pytest.fixture(scope="module")
-def tiny_build(tmp_path_factory, shared_data):
+def tiny_build(tmp_path_factory, wikitext2_root):
     """A word-level build (V 256, B 4, T 16) of a slice of WikiText-2 valid."""
     import data_utils
 
     root = tmp_path_factory.mktemp("cost_sweep_data")
-    lines = (shared_data / "wikitext-2" / "wiki.valid.tokens").read_text(
+    lines = (wikitext2_root / "wikitext-2" / "wiki.valid.tokens").read_text(
         encoding="utf-8").splitlines(keepends=True)
     files = {}
     for split, (lo, hi) in {"train": (0, 600), "valid": (600, 720), "test": (720, 840)}.items():

@@ -1,6 +1,7 @@
-"""Shared fixtures: the real WikiText-2 copy in ../shared/data, quiet TF, trained runs."""
+"""Shared fixtures: the WikiText-2 the project ships (datasets/), quiet TF, trained runs."""
 
 import json
+import lzma
 import os
 import pathlib
 import subprocess
@@ -11,15 +12,23 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import pytest
 
 PROJECT_ROOT = pathlib.Path(__file__).resolve().parents[1]
-SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
+SHIPPED_WIKITEXT2 = PROJECT_ROOT / "datasets" / "wikitext-2"
 
 
 @pytest.fixture(scope="session")
-def shared_data() -> pathlib.Path:
-    """Directory holding wikitext-2/ and wikitext-2-raw/ (never downloaded)."""
-    if not (SHARED_DATA / "wikitext-2" / "wiki.valid.tokens").exists():
-        pytest.fail(f"real WikiText-2 expected in {SHARED_DATA}; see its SOURCES.md")
-    return SHARED_DATA
+def wikitext2_root(tmp_path_factory) -> pathlib.Path:
+    """A directory holding wikitext-2/wiki.{train,valid,test}.tokens.
+
+    Unpacked once per session from the copy the project ships
+    (datasets/wikitext-2/*.xz): the tests read nothing outside the repository.
+    """
+    root = tmp_path_factory.mktemp("wikitext2_root")
+    (root / "wikitext-2").mkdir()
+    for split in ("train", "valid", "test"):
+        name = f"wiki.{split}.tokens"
+        data = lzma.decompress((SHIPPED_WIKITEXT2 / (name + ".xz")).read_bytes())
+        (root / "wikitext-2" / name).write_bytes(data)
+    return root
 
 
 @pytest.fixture(scope="session")
@@ -28,11 +37,11 @@ def project_root() -> pathlib.Path:
 
 
 @pytest.fixture(scope="session")
-def word_data(tmp_path_factory, shared_data) -> pathlib.Path:
+def word_data(tmp_path_factory, wikitext2_root) -> pathlib.Path:
     """A word build (V 256, B 4, T 16) of WikiText-2 slices; valid has a 50-id tail."""
     from test_generation import build_data
 
-    return build_data(tmp_path_factory.mktemp("word_data"), shared_data, "word")
+    return build_data(tmp_path_factory.mktemp("word_data"), wikitext2_root, "word")
 
 
 # The settings of the runs `trained_run` makes.

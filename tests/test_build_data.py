@@ -170,11 +170,11 @@ def test_cli_errors_are_one_line(tmp_path, project_root):
 
 
 @pytest.mark.slow
-def test_create_tfrecords_wikitext2_train(tmp_path, project_root, shared_data):
+def test_create_tfrecords_wikitext2_train(tmp_path, project_root, wikitext2_root):
     """The user's command on real WikiText-2; then ranking and round trip on train."""
     out = tmp_path / "wt2"
     result = _run(["./create_tfrecords.sh", "wikitext2", "--tokenizer=word",
-                   f"--output_dir={out}"], project_root, env={"DATA_DIR": str(shared_data)})
+                   f"--output_dir={out}"], project_root, env={"DATA_DIR": str(wikitext2_root)})
     assert result.returncode == 0, result.stderr[-3000:]
     assert "train" in result.stdout and "2088628" in result.stdout
     meta, tok = data_utils.load_built(str(out))
@@ -182,7 +182,7 @@ def test_create_tfrecords_wikitext2_train(tmp_path, project_root, shared_data):
     assert (train["ids"], train["words"], meta["vocab_size"]) == (2088628, 2088628, 33278)
     assert (meta["batch_size"], meta["seq_len"], train["batch_size"]) == (32, 32, 32)
     # Frequency ranking against a Counter over the raw words.
-    text = (shared_data / "wikitext-2" / "wiki.train.tokens").read_text(encoding="utf-8")
+    text = (wikitext2_root / "wikitext-2" / "wiki.train.tokens").read_text(encoding="utf-8")
     words = text.replace("\n", " <eos> ").split()
     counter = collections.Counter(words)
     counts = data_utils.unigram_counts(str(out))

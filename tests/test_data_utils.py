@@ -41,9 +41,9 @@ def _reference_word_ids(text):
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory, shared_data):
+def built(tmp_path_factory, wikitext2_root):
     """Word-level build with train = WikiText-2 valid, valid = test, 3 shards."""
-    wt2 = shared_data / "wikitext-2"
+    wt2 = wikitext2_root / "wikitext-2"
     out = tmp_path_factory.mktemp("built") / "wt2"
     config = data_utils.BuildConfig(
         dataset="text", output_dir=str(out), train_file=str(wt2 / "wiki.valid.tokens"),
@@ -72,8 +72,8 @@ def test_rank_by_frequency_matches_brute_force():
     assert order[-2:].tolist() == [7, 40]  # unseen, in base order
 
 
-def test_word_tokenizer_on_wikitext_valid(shared_data):
-    text = (shared_data / "wikitext-2" / "wiki.valid.tokens").read_text(encoding="utf-8")
+def test_word_tokenizer_on_wikitext_valid(wikitext2_root):
+    text = (wikitext2_root / "wikitext-2" / "wiki.valid.tokens").read_text(encoding="utf-8")
     ref_ids, ref_vocab = _reference_word_ids(text)
     tok = data_utils.WordTokenizer.train([text])
     tok.set_order(data_utils.rank_by_frequency(tok.encode_base(text), tok.base_vocab_size))
@@ -101,8 +101,8 @@ def test_word_tokenizer_limits():
 
 
 @pytest.mark.slow
-def test_sentencepiece_permutation_round_trip(shared_data, tmp_path):
-    text = (shared_data / "wikitext-2" / "wiki.valid.tokens").read_text(encoding="utf-8")
+def test_sentencepiece_permutation_round_trip(wikitext2_root, tmp_path):
+    text = (wikitext2_root / "wikitext-2" / "wiki.valid.tokens").read_text(encoding="utf-8")
     tok = data_utils.SentencePieceTokenizer.train(text.split("\n"), 500, symbols=("<unk>",))
     base = tok.encode_base(text)
     tok.set_order(data_utils.rank_by_frequency(base, tok.base_vocab_size))
@@ -223,7 +223,7 @@ def test_records_round_trip(built):
         np.testing.assert_array_equal(np.append(inputs, ys[-1, -1, -1]), stream[:B * R * T + 1])
 
 
-def test_meta_and_counts(built, shared_data):
+def test_meta_and_counts(built, wikitext2_root):
     out, meta, wt2 = built
     text = (wt2 / "wiki.valid.tokens").read_bytes()
     train = meta["splits"]["train"]

@@ -169,7 +169,7 @@ def test_build_enwik8_like_from_download(tmp_path, server):
     assert tok.decode_bytes(row) == data[200:200 + len(row)]
 
 
-def test_real_tables(shared_data):
+def test_real_tables(wikitext2_root):
     lengths = {"sha256": 64, "md5": 32, "sha1": 40}
     for name, spec in SOURCES.items():
         checksums = [spec.archive_checksum, *spec.file_checksums.values()]
@@ -180,7 +180,7 @@ def test_real_tables(shared_data):
         assert all(f in spec.members for f, _, _ in spec.splits.values())
         assert spec.urls and all(u.endswith(spec.archive) for u in spec.urls)
     # The WikiText-2 copy on this machine is the official one (checked, not downloaded).
-    found = ensure_raw_files("wikitext2", str(shared_data), download_missing=False)
+    found = ensure_raw_files("wikitext2", str(wikitext2_root), download_missing=False)
     assert found["train"].size() == 10797148
     assert sorted(data_utils.DATASETS) == sorted(list(SOURCES) + ["text"])
 

@@ -28,10 +28,10 @@ def _finish(process, timeout=300):
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory, shared_data):
+def trained(tmp_path_factory, wikitext2_root):
     """A 5-step supernet run made by train.py on a tiny word build."""
     root = tmp_path_factory.mktemp("cli")
-    data_dir = build_data(root, shared_data, "word")
+    data_dir = build_data(root, wikitext2_root, "word")
     model_dir = root / "run"
     code, _, stderr = _finish(_start(
         "train.py", f"--data_dir={data_dir}", f"--model_dir={model_dir}", "--preset=tiny",

@@ -22,11 +22,11 @@ BEST_STEP, LATEST_STEP = 7, 9
 # ------------------------------------------------------------------ helpers
 
 
-def build_data(root, shared_data, tokenizer="word"):
+def build_data(root, wikitext2_root, tokenizer="word"):
     """A tiny build (B 4, T 16) of a slice of WikiText-2 valid; returns its directory."""
     import data_utils
 
-    with open(shared_data / "wikitext-2" / "wiki.valid.tokens", encoding="utf-8") as f:
+    with open(wikitext2_root / "wikitext-2" / "wiki.valid.tokens", encoding="utf-8") as f:
         lines = f.readlines()
     files = {}
     for split, (lo, hi) in LINES.items():
@@ -345,19 +345,19 @@ def test_bad_prompt_ids(decoder):
 
 
 @pytest.fixture(scope="module")
-def word_run(tmp_path_factory, shared_data):
+def word_run(tmp_path_factory, wikitext2_root):
     """(model_dir, best variables, latest variables) of a supernet run on a word build."""
     root = tmp_path_factory.mktemp("word_run")
-    data_dir = build_data(root, shared_data, "word")
+    data_dir = build_data(root, wikitext2_root, "word")
     _, best, latest = make_run(root / "run", data_dir)
     return root / "run", best, latest
 
 
 @pytest.fixture(scope="module")
-def byte_run(tmp_path_factory, shared_data):
+def byte_run(tmp_path_factory, wikitext2_root):
     """model_dir of a fixed-architecture run on a byte build (no <eos>)."""
     root = tmp_path_factory.mktemp("byte_run")
-    data_dir = build_data(root, shared_data, "byte")
+    data_dir = build_data(root, wikitext2_root, "byte")
     make_run(root / "run", data_dir, architecture="afaf")
     return root / "run"
 

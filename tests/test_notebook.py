@@ -43,7 +43,7 @@ def test_notebook_has_no_model_code(project_root):
 
 
 @pytest.mark.slow
-def test_notebook_runs_in_quick_mode(project_root, shared_data, tmp_path, monkeypatch):
+def test_notebook_runs_in_quick_mode(project_root, wikitext2_root, tmp_path, monkeypatch):
     from nbclient import NotebookClient
 
     nb = _read(project_root)
@@ -51,7 +51,7 @@ def test_notebook_runs_in_quick_mode(project_root, shared_data, tmp_path, monkey
     # Like papermill: a cell after the parameters forces the small setting.
     nb.cells.insert(index + 1, nbformat.v4.new_code_cell("QUICK = True"))
     work = tmp_path / "work"
-    for name, value in {"DATA_DIR": str(shared_data), "PAR_WORKDIR": str(work),
+    for name, value in {"DATA_DIR": str(wikitext2_root), "PAR_WORKDIR": str(work),
                         "PAR_NOTEBOOK_CI": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
                         "CUDA_VISIBLE_DEVICES": "-1"}.items():
         monkeypatch.setenv(name, value)

@@ -456,10 +456,10 @@ def test_import_does_not_load_tensorflow(project_root):
 
 
 @pytest.fixture(scope="module")
-def wikitext2_counts(shared_data):
+def wikitext2_counts(wikitext2_root):
     """WikiText-2 train word counts: whitespace tokens plus <eos> per line."""
     counter = collections.Counter()
-    with open(shared_data / "wikitext-2" / "wiki.train.tokens",
+    with open(wikitext2_root / "wikitext-2" / "wiki.train.tokens",
               encoding="utf-8") as stream:
         for line in stream:
             counter.update(line.split())

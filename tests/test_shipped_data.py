@@ -45,7 +45,7 @@ def test_readme_matches_the_files_and_the_checksum_table(project_root):
     assert sorted(os.listdir(directory)) == sorted(["README.md"] + [f"{r[0]}.xz" for r in rows])
 
 
-def test_used_offline_when_data_dir_is_empty(tmp_path, monkeypatch, shared_data):
+def test_used_offline_when_data_dir_is_empty(tmp_path, monkeypatch, wikitext2_root):
     def no_network(*args, **kwargs):
         raise AssertionError("tried to download")
 
@@ -55,7 +55,7 @@ def test_used_offline_when_data_dir_is_empty(tmp_path, monkeypatch, shared_data)
     for split in SPLITS:
         path = raw / "wikitext-2" / f"wiki.{split}.tokens"
         assert found[split].path == str(path)
-        assert path.read_bytes() == (shared_data / "wikitext-2" / path.name).read_bytes()
+        assert path.read_bytes() == (wikitext2_root / "wikitext-2" / path.name).read_bytes()
     assert _leftovers(raw) == []
     # Present files are used as they are (checked, not unpacked again).
     mtime = (raw / "wikitext-2" / "wiki.valid.tokens").stat().st_mtime_ns
@@ -63,20 +63,20 @@ def test_used_offline_when_data_dir_is_empty(tmp_path, monkeypatch, shared_data)
     assert (raw / "wikitext-2" / "wiki.valid.tokens").stat().st_mtime_ns == mtime
 
 
-def _only_valid_missing(tmp_path, shared_data):
+def _only_valid_missing(tmp_path, wikitext2_root):
     raw = tmp_path / "raw"
     (raw / "wikitext-2").mkdir(parents=True)
     for split in ("train", "test"):
         name = f"wiki.{split}.tokens"
-        os.symlink(shared_data / "wikitext-2" / name, raw / "wikitext-2" / name)
+        os.symlink(wikitext2_root / "wikitext-2" / name, raw / "wikitext-2" / name)
     shipped = tmp_path / "shipped"
     shipped.mkdir()
     return raw, shipped, {"wikitext2": dataclasses.replace(SOURCES["wikitext2"],
                                                           shipped=str(shipped), urls=())}
 
 
-def test_damaged_shipped_copy_leaves_nothing(tmp_path, shared_data):
-    raw, shipped, sources = _only_valid_missing(tmp_path, shared_data)
+def test_damaged_shipped_copy_leaves_nothing(tmp_path, wikitext2_root):
+    raw, shipped, sources = _only_valid_missing(tmp_path, wikitext2_root)
     with open(os.path.join(SHIPPED, "wikitext-2", "wiki.valid.tokens.xz"), "rb") as f:
         good = f.read()
     target = raw / "wikitext-2" / "wiki.valid.tokens"
@@ -93,8 +93,8 @@ def test_damaged_shipped_copy_leaves_nothing(tmp_path, shared_data):
     assert not target.exists() and _leftovers(raw) == []
 
 
-def test_python_without_lzma(tmp_path, shared_data, monkeypatch):
-    raw, shipped, sources = _only_valid_missing(tmp_path, shared_data)
+def test_python_without_lzma(tmp_path, wikitext2_root, monkeypatch):
+    raw, shipped, sources = _only_valid_missing(tmp_path, wikitext2_root)
     shutil.copy(os.path.join(SHIPPED, "wikitext-2", "wiki.valid.tokens.xz"), shipped)
     monkeypatch.setitem(sys.modules, "lzma", None)  # `import lzma` raises ImportError
     with pytest.raises(DataError, match=r"this Python has no lzma module .*unpack it by hand "

@@ -18,13 +18,13 @@ SPECIALS = ["--unk_piece=[UNK]", "--bos_piece=[BOS]", "--eos_piece=[EOS]",
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory, shared_data):
+def trained(tmp_path_factory, wikitext2_root):
     """A model trained as the original PAR implementation trains its tokenizer
     (NFKC with case folding, @-@ user symbol, [PAD] [BOS] [EOS] [UNK] = 0..3),
     with the .vocab file sentencepiece writes next to it."""
     directory = tmp_path_factory.mktemp("spm")
     spm.SentencePieceTrainer.train(
-        input=str(shared_data / "wikitext-2" / "wiki.valid.tokens"),
+        input=str(wikitext2_root / "wikitext-2" / "wiki.valid.tokens"),
         model_prefix=str(directory / "m"), vocab_size=800, user_defined_symbols="@-@",
         normalization_rule_name="nfkc_cf", pad_id=0, bos_id=1, eos_id=2, unk_id=3,
         pad_piece="[PAD]", bos_piece="[BOS]", eos_piece="[EOS]", unk_piece="[UNK]",
@@ -32,14 +32,14 @@ def trained(tmp_path_factory, shared_data):
     return directory
 
 
-def test_rebuilt_model_encodes_like_the_original(trained, shared_data, tmp_path):
+def test_rebuilt_model_encodes_like_the_original(trained, wikitext2_root, tmp_path):
     out = tmp_path / "rebuilt.model"
     assert spm_from_vocab.main([str(trained / "m.vocab"), f"--out={out}",
                                 "--normalization=nfkc_cf", "--user_symbols=@-@",
                                 *SPECIALS]) == 0
     original = spm.SentencePieceProcessor(model_file=str(trained / "m.model"))
     rebuilt = spm.SentencePieceProcessor(model_file=str(out))
-    text = (shared_data / "wikitext-2" / "wiki.test.tokens").read_text(encoding="utf-8")
+    text = (wikitext2_root / "wikitext-2" / "wiki.test.tokens").read_text(encoding="utf-8")
     lines = text.split("\n")[:1500]
     assert rebuilt.encode(lines) == original.encode(lines)
     assert rebuilt.encode("The CAT @-@ Dog <unk>", out_type=str) == \
@@ -107,11 +107,11 @@ def test_cli(trained, tmp_path):
     assert "800 pieces, nfkc_cf normalization, unk id 3, eos id 2" in done.stdout
 
 
-def test_byte_fallback_and_bom(shared_data, tmp_path):
+def test_byte_fallback_and_bom(wikitext2_root, tmp_path):
     """A byte-fallback model's <0x..> pieces become byte pieces again, and a
     .vocab saved with a BOM reads like one without."""
     spm.SentencePieceTrainer.train(
-        input=str(shared_data / "wikitext-2" / "wiki.valid.tokens"),
+        input=str(wikitext2_root / "wikitext-2" / "wiki.valid.tokens"),
         model_prefix=str(tmp_path / "b"), vocab_size=600, byte_fallback=True, minloglevel=2)
     vocab = tmp_path / "bom.vocab"
     vocab.write_bytes(b"\xef\xbb\xbf" + (tmp_path / "b.vocab").read_bytes())

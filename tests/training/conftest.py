@@ -16,12 +16,12 @@ TINY_VOCAB = 256
 
 
 @pytest.fixture(scope="session")
-def tiny_data(tmp_path_factory, shared_data) -> pathlib.Path:
+def tiny_data(tmp_path_factory, wikitext2_root) -> pathlib.Path:
     """A word-level build (V 256, B 4, T 16) of a slice of WikiText-2 valid."""
     import data_utils
 
     root = tmp_path_factory.mktemp("tiny_data")
-    with open(shared_data / "wikitext-2" / "wiki.valid.tokens", encoding="utf-8") as f:
+    with open(wikitext2_root / "wikitext-2" / "wiki.valid.tokens", encoding="utf-8") as f:
         lines = f.readlines()
     files = {}
     for split, (lo, hi) in TINY_LINES.items():
