@@ -5,7 +5,7 @@ Usage:
     python3 export.py --model_dir=runs/search --format=saved_model --output=lm_saved
 
 `.keras` loads back with `keras.saving.load_model(path)` after importing the
-family's module (`import model.transformer_xl` or `import model.sha_rnn`).
+family's module (`import model.transformer_xl.model` or `import model.sha_rnn.model`).
 The SavedModel has a `serve` signature `(token_ids int32 [B, T], state_0, ...)
 -> {"log_probs": [B, T, V], "new_state_0", ...}` over the model's state
 (Transformer-XL memories [B, M, D]; SHA-RNN LSTM states and memory) and a copy

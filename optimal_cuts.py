@@ -1,6 +1,6 @@
 r"""Exact optimal cutoffs for the adaptive softmax (Grave et al. 2017).
 
-Convention (shared with `model/adaptive_softmax.py`): token ids are frequency
+Convention (shared with `model/layers/adaptive_softmax.py`): token ids are frequency
 ranks, `cutoffs = (c_0, ..., c_{K-1})` is strictly increasing with every
 `c_j` in `[1, N)` and the vocabulary size `N` is NOT listed. The head predicts
 ranks `[0, c_0)` plus one logit per tail; tail `i = 1..K` predicts ranks

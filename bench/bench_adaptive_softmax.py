@@ -146,7 +146,7 @@ def make_steps(vocab_size, d_model, cutoffs):
     import keras  # pylint: disable=import-outside-toplevel
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
-    from model.adaptive_softmax import AdaptiveSoftmax  # pylint: disable=import-outside-toplevel
+    from model.layers.adaptive_softmax import AdaptiveSoftmax  # pylint: disable=import-outside-toplevel
 
     adaptive = AdaptiveSoftmax(
         vocab_size, d_model, cutoffs=cutoffs, proj_factor=FLAGS.proj_factor

@@ -82,7 +82,7 @@ def child(args):
     import numpy as np
     import tensorflow as tf
 
-    from model.builder import preset_config
+    from model.transformer_xl.presets import preset_config
     from training.config import TrainConfig
     from training.trainer import Trainer
 

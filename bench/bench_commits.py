@@ -69,9 +69,9 @@ def worker(tree, specs):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
         from bench import bench_train  # this tree's
-        from model.builder import preset_config
+        from model.transformer_xl.presets import preset_config
     except ImportError as error:
-        reply({"fatal": f"{tree} has no usable bench/bench_train.py or model/builder.py "
+        reply({"fatal": f"{tree} has no usable bench/bench_train.py or model/transformer_xl/presets.py "
                         f"({error}); choose a newer commit"})
         return
 

@@ -22,7 +22,7 @@ ratios (d_ffn / d_model, boom_dim / d_model, heads) and its width is searched
 (bisection on multiples of --width_step; the count grows with the width);
 when no width at that depth is within the tolerance, the other depths are
 tried nearest first. Counts are the built model's trainable parameters
-(for Transformer-XL checked against model/flops.py's param_count).
+(for Transformer-XL checked against model/transformer_xl/flops.py's param_count).
 
 Each family trains with its preset's recommended settings (train.py's
 train_defaults: LAMB for the sha_rnn presets, Adam otherwise) unless
@@ -54,7 +54,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from bench_train import Peak, command_line, machine_info, write_results, zipf_ids  # noqa: E402
-from model import families, flops  # noqa: E402
+from model import families  # noqa: E402
+from model.transformer_xl import flops
 
 RESULTS = ROOT / "bench" / "results"
 PRECISIONS = ("float32", "mixed_bfloat16")
@@ -68,7 +69,7 @@ def count_params(config):
     """(total, embedding + softmax) trainable parameters of the built model.
 
     The model is built under the float32 policy and dropped afterwards. For a
-    Transformer-XL the total is checked against model/flops.py.
+    Transformer-XL the total is checked against model/transformer_xl/flops.py.
     """
     previous = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy("float32")

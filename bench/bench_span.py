@@ -76,7 +76,7 @@ def read_run(run_dir):
 
 def kept_memory(spans, span_ramp, mem_len):
     """Memory positions an adaptive-span layer keeps: min(M, ceil64(max_h z_h + R))."""
-    from model.adaptive_span import memory_keep_length
+    from model.layers.adaptive_span import memory_keep_length
 
     return int(memory_keep_length(spans, span_ramp, mem_len))
 

@@ -7,7 +7,7 @@ every configuration alike:
   * tokens/s of a full training step (the trainer's own `train_step`:
     forward, backward, clipping, optimizer, memory threaded from step to
     step, host sync of the step's numbers) and the achieved FLOP/s
-    (3 x the forward FLOPs of model/flops.py) as a fraction of the peak of
+    (3 x the forward FLOPs of model/transformer_xl/flops.py) as a fraction of the peak of
     its precision, for
       - wt2_base in soft search, hard search (with --hard_gradient=all, the
         default, and chosen) and two derived fixed
@@ -51,7 +51,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from model import flops  # noqa: E402
+from model.transformer_xl import flops  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 
@@ -124,7 +124,7 @@ def cluster_mass(config):
 
 
 def forward_flops(config, seq_len, batch_size):
-    """Forward FLOPs per token of one step of `config` (model/flops.py).
+    """Forward FLOPs per token of one step of `config` (model/transformer_xl/flops.py).
 
     Hard search computes one candidate per block; its cost is the expectation
     over a uniform choice (attention, dense, identity), which is what the
@@ -197,7 +197,7 @@ class Case:
         """Same model API and update as the trainer: tape, gradients of weights
         and architecture logits, global-norm clipping, Adam on the weights
         (the logits stay frozen, as in the trainer case)."""
-        from model.builder import build_model
+        from model.families import build_model
         from training.schedules import tau_at
 
         model = build_model(self.config)
@@ -269,7 +269,7 @@ def trainer_available():
 def compute_bound_case(args):
     """(ModelConfig, batch_size, seq_len) of the compute-bound case, from the --big_* flags
     (bench/profile_step.py profiles the same case)."""
-    from model.builder import preset_config
+    from model.transformer_xl.presets import preset_config
 
     big = dict(architecture="transformer_xl", d_model=args.big_d_model, num_heads=args.big_heads,
                d_ffn=4 * args.big_d_model, num_blocks=args.big_blocks, mem_len=args.big_seq_len)
@@ -280,7 +280,7 @@ def compute_bound_case(args):
 
 def case_specs(args):
     """(name, ModelConfig, batch_size, seq_len, precision) of every case to run."""
-    from model.builder import preset_config
+    from model.transformer_xl.presets import preset_config
 
     archs = [("soft search", dict(architecture="supernet", search_mode="soft")),
              ("hard search", dict(architecture="supernet", search_mode="hard")),
@@ -329,7 +329,7 @@ def markdown_table(rows, peaks, command, step_kind, rounds):
         "Matmul peak (same run, median / best round): "
         + ", ".join(f"{k} {statistics.median(v):.0f} / {max(v):.0f} GFLOP/s" for k, v in peaks.items())
         + f". Step: `{step_kind}`; {rounds} interleaved rounds; tokens/s and ms/step are "
-        "medians; achieved = 3 x forward FLOPs of model/flops.py x tokens/s; % of peak is the "
+        "medians; achieved = 3 x forward FLOPs of model/transformer_xl/flops.py x tokens/s; % of peak is the "
         "median of per-round ratios to the matmul peak of the precision measured in the same "
         "round, % of best peak divides by the best round's peak instead (conservative when "
         "other processes load the CPU); vs soft is the median of per-round ratios. "

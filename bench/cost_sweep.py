@@ -82,7 +82,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from compare_families import (  # noqa: E402,I001
     built_meta, close_killed_attempts, read_json, run_status, tail, write_json)
-from model.config import transformer_xl_architecture  # noqa: E402  (no TensorFlow)
+from model.transformer_xl.config import transformer_xl_architecture  # noqa: E402  (no TensorFlow)
 
 RESULTS = ROOT / "bench" / "results"
 BASE_MODEL = ROOT / "base_model.sh"
@@ -307,7 +307,7 @@ def measure_throughput(retrain_dirs, args):
     """
     import dataclasses
 
-    from model import flops
+    from model.transformer_xl import flops
     from training.config import TrainConfig
 
     configs = {arch: TrainConfig.load(str(d)) for arch, d in retrain_dirs.items()}
@@ -432,7 +432,7 @@ def markdown_table(rows, comparison, command):
     lines += ["", "Valid perplexity of the retrained network (last checkpoint, whole valid "
               "split; 4 records with --quick); attention:total counts attention against attention + dense blocks; "
               "FLOPs vs TXL: forward FLOPs per token relative to the Transformer-XL of the "
-              "same depth (model/flops.py); tokens/s: median training-step throughput, the "
+              "same depth (model/transformer_xl/flops.py); tokens/s: median training-step throughput, the "
               "networks interleaved in one process; vs TXL: median per-round ratio to the "
               f"Transformer-XL's tokens/s. Command: `{command}`"]
     return "\n".join(lines)

@@ -15,7 +15,7 @@ import collections
 import os
 import re
 
-from model.stochastic_block import CANDIDATES
+from model.transformer_xl.stochastic_block import CANDIDATES
 
 ATTENTION, FEED_FORWARD, SOFTMAX = "attention", "feed-forward", "adaptive softmax"
 EMBEDDING, DROPOUT, LAYER_NORM = "embeddings", "dropout", "layer norm"

@@ -212,7 +212,7 @@ def analyse(plane, model_scope, gradient_sums=None, top=15):
 
 def profile_case(label, args, workdir):
     """Builds one case, times it, profiles it; returns its result dict."""
-    from model.builder import preset_config
+    from model.transformer_xl.presets import preset_config
 
     precision = args.precision
     if label == COMPUTE_BOUND:  # bench_train.py's, with its --quick sizes under --quick

@@ -10,12 +10,13 @@ first use.
 """
 
 import dataclasses
-import importlib
-from typing import Any
+from typing import Any, Callable
 
-from model import builder as transformer_xl_builder
-from model import sha_rnn_config
-from model.config import ModelConfig
+from model import sha_rnn, transformer_xl
+from model.sha_rnn import presets as sha_rnn_presets
+from model.sha_rnn.config import ShaRnnConfig
+from model.transformer_xl import presets as transformer_xl_presets
+from model.transformer_xl.config import ModelConfig
 
 DEFAULT_FAMILY = "transformer_xl"
 
@@ -32,8 +33,8 @@ class Family:
             `metadata={"help": ...}` (and "choices" for enums).
         presets: preset name -> dict of config fields.
         default_preset: the preset used when none is given.
-        builder: "module:function" building a model from a config, with
-            signature `(config, dtype=None) -> built model`.
+        builder: `(config, dtype=None) -> built model`; it imports the
+            model's module (and TensorFlow) only when called.
         train_defaults: preset name -> TrainConfig field values the preset
             recommends (e.g. its optimizer); flags given by the user win.
     """
@@ -43,7 +44,7 @@ class Family:
     config_class: type
     presets: dict
     default_preset: str
-    builder: str
+    builder: Callable
     train_defaults: dict = dataclasses.field(default_factory=dict)
 
     def build(self, config, dtype=None):
@@ -51,8 +52,7 @@ class Family:
         if not isinstance(config, self.config_class):
             raise TypeError(f"the {self.name} family builds from a {self.config_class.__name__}, "
                             f"got {type(config).__name__}")
-        module, function = self.builder.split(":")
-        return getattr(importlib.import_module(module), function)(config, dtype=dtype)
+        return self.builder(config, dtype=dtype)
 
     def check_preset(self, preset):
         """Raises ValueError unless `preset` is one of this family's presets.
@@ -96,19 +96,19 @@ def _families():
             name="transformer_xl",
             description="Transformer-XL / PAR supernet (attention, dense or identity blocks)",
             config_class=ModelConfig,
-            presets=transformer_xl_builder.PRESETS,
+            presets=transformer_xl_presets.PRESETS,
             default_preset="wt2_base",
-            builder="model.builder:build_transformer_xl",
+            builder=transformer_xl.build,
         ),
         Family(
             name="sha_rnn",
             description="SHA-RNN (LSTM blocks, single-head attention over a long memory, "
                         "Boom feed-forward; no attention layers: a plain LSTM LM)",
-            config_class=sha_rnn_config.ShaRnnConfig,
-            presets=sha_rnn_config.PRESETS,
+            config_class=ShaRnnConfig,
+            presets=sha_rnn_presets.PRESETS,
             default_preset="sha_rnn_small",
-            builder="model.sha_rnn:build_sha_rnn",
-            train_defaults=sha_rnn_config.TRAIN_DEFAULTS,
+            builder=sha_rnn.build,
+            train_defaults=sha_rnn_presets.TRAIN_DEFAULTS,
         ),
     ]
     return {family.name: family for family in families}

@@ -1,7 +1,7 @@
 """The language-model interface that training/ and serving/ code against.
 
-Every model family (Transformer-XL / PAR in `model/transformer_xl.py`,
-SHA-RNN in `model/sha_rnn.py`) is a `keras.Model` with these members and
+Every model family (Transformer-XL / PAR in `model/transformer_xl/model.py`,
+SHA-RNN in `model/sha_rnn/model.py`) is a `keras.Model` with these members and
 nothing else is used by the trainer, the evaluator, generation or export:
 
     family: str                                  registry name ("transformer_xl", ...)

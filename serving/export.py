@@ -3,7 +3,7 @@
 `.keras`: the model (any family) with its config and weights. Every layer is
 registered serializable under the package "par", so it loads back with
 `keras.saving.load_model(path)` once the family's layers are imported
-(`import model.transformer_xl`, `import model.sha_rnn`; `import model`
+(`import model.transformer_xl.model`, `import model.sha_rnn.model`; `import model`
 alone is lazy and registers nothing yet). No training, serving or data code
 is needed.
 

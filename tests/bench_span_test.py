@@ -17,7 +17,7 @@ SPAN_MAX, RAMP = 512, 8
 
 def fake_run(root, attention="adaptive_span", spans=SPANS):
     """A finished run's config.json and metrics.json (spans as span_report writes them)."""
-    from model.builder import preset_config
+    from model.transformer_xl.presets import preset_config
     from training.config import TrainConfig
 
     model = preset_config("tiny", architecture="afaf", attention=attention, span_max=SPAN_MAX,
@@ -38,7 +38,7 @@ def test_kept_memory_matches_the_layer(tmp_path):
     """kept_memory (the table's figure) against what the model's layer really keeps."""
     import tensorflow as tf
 
-    from model.builder import build_model
+    from model.families import build_model
     from training.config import TrainConfig
 
     config = TrainConfig.load(str(fake_run(tmp_path)))

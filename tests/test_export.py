@@ -121,7 +121,7 @@ def run(tmp_path_factory, word_data):
 @pytest.mark.slow
 def test_exports_reload_in_a_clean_process_with_equal_outputs(run, tmp_path):
     model = run.model
-    out = check_exports(run, tmp_path, "model.transformer_xl")
+    out = check_exports(run, tmp_path, "model.transformer_xl.model")
     # Transformer-XL: one memory per attention-carrying block, kept to mem_len.
     assert len(model.state_signature()) == model.num_mems == 4
     assert out["saved_new_state_memory_0"].shape == (2, 6, model.d_model)
@@ -162,7 +162,7 @@ def sha_rnn_run(trained_run):
 def test_sha_rnn_exports_reload_in_a_clean_process_with_equal_outputs(sha_rnn_run, tmp_path):
     model = sha_rnn_run.model
     assert model.family == "sha_rnn"
-    out = check_exports(sha_rnn_run, tmp_path, "model.sha_rnn")
+    out = check_exports(sha_rnn_run, tmp_path, "model.sha_rnn.model")
     # State: (h, c) of both LSTM layers, then the attention memory kept to mem_len.
     d = model.d_model
     assert [tuple(s.shape[1:]) for s in model.state_signature()] == [(d,)] * 4 + [(None, d)]

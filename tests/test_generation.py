@@ -59,7 +59,8 @@ def randomize(model, seed, architecture=None):
 
 def make_model(vocab_size=64, seed=0, architecture="supernet", derived="afai", **overrides):
     """A randomised tiny-preset model (no dropout)."""
-    from model.builder import build_model, preset_config
+    from model.families import build_model
+    from model.transformer_xl.presets import preset_config
 
     config = preset_config("tiny", vocab_size=vocab_size, dropout=0.0, architecture=architecture,
                            **overrides)
@@ -76,7 +77,7 @@ def make_run(model_dir, data_dir, architecture="supernet", derived="afai"):
     """
     import data_utils
     import tensorflow as tf
-    from model.builder import preset_config
+    from model.transformer_xl.presets import preset_config
     from training.checkpoint import _VariableList
     from training.config import TrainConfig
 

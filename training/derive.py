@@ -15,8 +15,8 @@ import os
 from absl import logging
 import numpy as np
 
-from model import flops
-from model.config import ARCHITECTURE_LETTERS
+from model.transformer_xl import flops
+from model.transformer_xl.config import ARCHITECTURE_LETTERS
 
 ARCHITECTURE_JSON = "architecture.json"
 ARCHITECTURE_TXT = "architecture.txt"
@@ -81,7 +81,7 @@ def derivation_report(model_config, arch_probs, seq_len, mem_len, batch_size=Non
         batch_size: optional batch size (amortises the position projection).
         untrained: None, or why the probabilities are untrained
             (`untrained_reason`).
-        **flops_kwargs: passed to `model.flops.forward_flops_per_token`
+        **flops_kwargs: passed to `model.transformer_xl.flops.forward_flops_per_token`
             (`cluster_mass`, `spans`).
 
     Returns:
@@ -90,7 +90,7 @@ def derivation_report(model_config, arch_probs, seq_len, mem_len, batch_size=Non
             counts: {attention, dense, identity} block counts.
             probabilities: the [num_blocks, 3] input as nested lists.
             flops_per_token: forward FLOPs per token of the derived model.
-            flops: its per-component breakdown (model/flops.py keys).
+            flops: its per-component breakdown (model/transformer_xl/flops.py keys).
             transformer_xl_flops_per_token: same for "af" * (num_blocks // 2).
             relative_flops: flops_per_token / transformer_xl_flops_per_token.
             speedup: the inverse (> 1 means cheaper than Transformer-XL).

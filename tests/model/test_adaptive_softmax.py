@@ -1,4 +1,4 @@
-"""Numerical tests of model/adaptive_softmax.py against float64 NumPy references."""
+"""Numerical tests of model/layers/adaptive_softmax.py against float64 NumPy references."""
 
 import json
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from model.adaptive_softmax import AdaptiveEmbedding, AdaptiveSoftmax, tail_dims
+from model.layers.adaptive_softmax import AdaptiveEmbedding, AdaptiveSoftmax, tail_dims
 
 V, D = 23, 8
 # (cutoffs, proj_factor): full softmax, one tail, three tails (the last tail

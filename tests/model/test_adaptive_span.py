@@ -1,4 +1,4 @@
-"""Tests for model/adaptive_span.py: mask formula, equivalences, trimming, training."""
+"""Tests for model/layers/adaptive_span.py: mask formula, equivalences, trimming, training."""
 
 import json
 
@@ -7,13 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from model.adaptive_span import (
-    AdaptiveSpanAttention,
-    ClampConstraint,
-    adaptive_span_mask,
-    memory_keep_length,
-)
-from model.relative_attention import RelativeMultiHeadAttention
+from model.layers.adaptive_span import AdaptiveSpanAttention, ClampConstraint, adaptive_span_mask, memory_keep_length
+from model.layers.relative_attention import RelativeMultiHeadAttention
 from tests.model.test_relative_attention import randomize_weights, slow_attention
 
 D, N, H = 8, 2, 3

@@ -1,13 +1,14 @@
-"""Tests for model/builder.py: presets and config -> model."""
+"""Tests for model/transformer_xl/presets.py: presets and config -> model."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from model import flops
-from model.builder import PRESETS, build_model, preset_config
-from model.config import ModelConfig
-from model.transformer_xl import TransformerXLLM
+from model.transformer_xl import flops
+from model.transformer_xl.presets import PRESETS, preset_config
+from model.families import build_model
+from model.transformer_xl.config import ModelConfig
+from model.transformer_xl.model import TransformerXLLM
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))

@@ -1,4 +1,4 @@
-"""Tests for model/config.py: validation messages, helpers, JSON round trip."""
+"""Tests for model/transformer_xl/config.py: validation messages, helpers, JSON round trip."""
 
 import json
 import pathlib
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from model.config import ModelConfig
+from model.transformer_xl.config import ModelConfig
 
 
 def make(**overrides):
@@ -120,7 +120,7 @@ def test_invalid_config_names_the_field(overrides, field):
 
 
 def test_importing_config_does_not_load_tensorflow():
-    code = "import sys, model.config, model.flops; print('tensorflow' in sys.modules)"
+    code = "import sys, model.transformer_xl.config, model.transformer_xl.flops; print('tensorflow' in sys.modules)"
     root = pathlib.Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

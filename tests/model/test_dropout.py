@@ -1,4 +1,4 @@
-"""Tests for model/dropout.py: FastDropout statistics, state, dtype, gradient."""
+"""Tests for model/layers/dropout.py: FastDropout statistics, state, dtype, gradient."""
 
 import json
 import math
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from model.dropout import FastDropout, quantize_rate, random_bytes
+from model.layers.dropout import FastDropout, quantize_rate, random_bytes
 
 # 2^22 elements: the kept fraction has a standard deviation below 1.5e-4.
 BIG = (2048, 2048)
@@ -169,7 +169,7 @@ import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import numpy as np
-from model.dropout import FastDropout
+from model.layers.dropout import FastDropout
 strategy = tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")])
 with strategy.scope():
     layer = FastDropout(0.5, seed=3)

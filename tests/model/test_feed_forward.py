@@ -1,4 +1,4 @@
-"""Tests for model/feed_forward.py against a NumPy reference."""
+"""Tests for model/layers/feed_forward.py against a NumPy reference."""
 
 import json
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from model.feed_forward import PositionwiseFeedForward
+from model.layers.feed_forward import PositionwiseFeedForward
 
 D, F = 6, 10
 

@@ -1,9 +1,9 @@
-"""Tests for model/flops.py: hand-computed FLOPs and the real models' sizes."""
+"""Tests for model/transformer_xl/flops.py: hand-computed FLOPs and the real models' sizes."""
 
 import pytest
 
-from model import flops
-from model.config import ModelConfig
+from model.transformer_xl import flops
+from model.transformer_xl.config import ModelConfig
 
 # D 8, N 2, H 4 (N*H 8), F 16, V 64, cutoffs (16, 32), tails d = 8//2 = 4 and
 # 8//4 = 2 with C = 16 and 32 tokens.
@@ -125,7 +125,8 @@ REAL_MODELS = [
 
 @pytest.mark.parametrize("overrides", REAL_MODELS, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
 def test_param_count_equals_the_built_model(overrides):
-    from model.builder import build_model, preset_config
+    from model.families import build_model
+    from model.transformer_xl.presets import preset_config
 
     config = preset_config("tiny", **overrides)
     model = build_model(config)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from model.layer_norm import LayerNorm, layer_norm
+from model.layers.layer_norm import LayerNorm, layer_norm
 
 
 def _numpy_layer_norm(x, gamma, beta, eps):

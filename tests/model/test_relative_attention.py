@@ -1,4 +1,4 @@
-"""Tests for model/relative_attention.py against slow explicit-loop references."""
+"""Tests for model/layers/relative_attention.py against slow explicit-loop references."""
 
 import json
 import math
@@ -8,12 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from model.relative_attention import (
-    RelativeMultiHeadAttention,
-    causal_mask,
-    rel_shift,
-    relative_positional_encoding,
-)
+from model.layers.relative_attention import RelativeMultiHeadAttention, causal_mask, rel_shift, relative_positional_encoding
 
 D, N, H = 8, 2, 3  # d_head != d_model / num_heads on purpose
 

@@ -1,4 +1,4 @@
-"""Tests for the SHA-RNN: model/sha_rnn.py and its sha_rnn_{block,attention,config}.py.
+"""Tests for the SHA-RNN: model/sha_rnn/model.py and its sha_rnn_{block,attention,config}.py.
 
 Numbers are checked against slow NumPy references written from the formulas
 of the reference code (smerity/sha-rnn model.py): an LSTM recurrence step by
@@ -15,10 +15,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from model.sha_rnn import ShaRnnLM, build_sha_rnn
-from model.sha_rnn_attention import SingleHeadAttention
-from model.sha_rnn_block import Boom
-from model.sha_rnn_config import PRESETS, ShaRnnConfig, sha_rnn_preset
+from model.sha_rnn.model import ShaRnnLM, build_sha_rnn
+from model.sha_rnn.attention import SingleHeadAttention
+from model.sha_rnn.block import Boom
+from model.sha_rnn.presets import PRESETS
+from model.sha_rnn.config import ShaRnnConfig
+from model.sha_rnn.presets import sha_rnn_preset
 
 B, V, D, F = 2, 16, 8, 16
 EPS = 1e-12

@@ -1,4 +1,4 @@
-"""Tests for model/stochastic_block.py against the sub-layers called directly."""
+"""Tests for model/transformer_xl/stochastic_block.py against the sub-layers called directly."""
 
 import json
 
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from model.adaptive_span import AdaptiveSpanAttention
-from model.stochastic_block import CANDIDATES, StochasticBlock, gumbel_noise
+from model.layers.adaptive_span import AdaptiveSpanAttention
+from model.transformer_xl.stochastic_block import CANDIDATES, StochasticBlock, gumbel_noise
 
 D, N, H, F = 8, 2, 4, 16
 B, T, M = 2, 5, 3

@@ -1,4 +1,4 @@
-"""Tests for model/transformer_xl.py: memory, wiring, saving, training, properties."""
+"""Tests for model/transformer_xl/model.py: memory, wiring, saving, training, properties."""
 
 import json
 import math
@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from model.builder import build_model, preset_config
-from model.config import ModelConfig
-from model.transformer_xl import TransformerXLLM
+from model.families import build_model
+from model.transformer_xl.presets import preset_config
+from model.transformer_xl.config import ModelConfig
+from model.transformer_xl.model import TransformerXLLM
 
 B, V, D = 2, 64, 32
 

@@ -38,7 +38,7 @@ def tiny_data(tmp_path_factory, wikitext2_root) -> pathlib.Path:
 def tiny_config(data_dir, model_dir, **overrides):
     """A TrainConfig of the `tiny` preset on the tiny build (no dropout by default)."""
     import data_utils
-    from model.builder import preset_config
+    from model.transformer_xl.presets import preset_config
     from training.config import TrainConfig
 
     meta = data_utils.load_meta(str(data_dir))

@@ -5,8 +5,8 @@ import pytest
 
 
 def test_candidate_costs_add_up_to_the_model_flops():
-    from model import flops
-    from model.builder import preset_config
+    from model.transformer_xl import flops
+    from model.transformer_xl.presets import preset_config
     from training.plugins.par_search import candidate_costs, expected_cost
 
     config = preset_config("tiny", vocab_size=256)

@@ -1,12 +1,12 @@
-"""Derivation report against model/flops.py and hand counts; reading architectures."""
+"""Derivation report against model/transformer_xl/flops.py and hand counts; reading architectures."""
 
 import json
 
 import numpy as np
 import pytest
 
-from model import flops
-from model.config import ModelConfig
+from model.transformer_xl import flops
+from model.transformer_xl.config import ModelConfig
 from training.derive import (
     UNTRAINED_HEADER,
     architecture_from_probs,

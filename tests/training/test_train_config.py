@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from model.builder import preset_config
+from model.transformer_xl.presets import preset_config
 from training import config as config_lib
 from training.config import ConfigError, TrainConfig
 

@@ -35,7 +35,7 @@ def supernet_run(tiny_config_factory, tmp_path_factory):
 def _load_model(config, checkpoint):
     """A fresh model with the weights of `checkpoint` (read by hand, not by the trainer)."""
     import tensorflow as tf
-    from model.builder import build_model
+    from model.families import build_model
 
     model = build_model(config.model)
     reader = tf.train.load_checkpoint(checkpoint)
@@ -202,7 +202,7 @@ def test_mixed_precision_steps(make_config, tiny_data, precision):
     import data_utils
     import keras
     import tensorflow as tf
-    from model.builder import build_model
+    from model.families import build_model
     from training.trainer import Trainer
 
     meta = data_utils.load_meta(str(tiny_data))

@@ -11,8 +11,8 @@ from absl import flags
 
 import data_utils
 import train as train_cli
-from model.builder import preset_config
-from model.config import ModelConfig
+from model.transformer_xl.presets import preset_config
+from model.transformer_xl.config import ModelConfig
 from training.config import ConfigError, TrainConfig
 
 
@@ -58,7 +58,7 @@ def test_model_and_training_flags_override(parse):
                               "--learning_rate=0.01", "--tau_schedule=linear", "--overwrite",
                               "--lr_schedule=linear", "--precision=mixed_bfloat16")
     model = config.model
-    assert (model.d_model, model.num_heads, model.num_blocks, model.dropout) == (64, 4, 6, 0.2)
+    assert (model.d_model, model.num_heads, model.num_blocks, model.layers.dropout) == (64, 4, 6, 0.2)
     assert model.pre_norm and model.cutoffs == (10, 100) and model.proj_dims == (8, 4)
     assert (model.attention, model.search_mode, model.seed) == ("adaptive_span", "hard", 7)
     assert (config.eval_mem_len, config.learning_rate, config.tau_schedule) == (0, 0.01, "linear")
@@ -231,7 +231,7 @@ def parse_any(tiny_data, tmp_path):
 
 
 def test_sha_rnn_flags_come_from_its_config_fields(parse_any, tiny_data):
-    from model.sha_rnn_config import ShaRnnConfig
+    from model.sha_rnn.config import ShaRnnConfig
 
     fv = train_cli.define_flags(flags.FlagValues())
     for field in dataclasses.fields(ShaRnnConfig):

@@ -97,7 +97,7 @@ def test_static_paths_are_taken_under_xla_only():
     """The masked tails and lookups run under XLA and equal the partitioned ones."""
     import tensorflow as tf
 
-    from model.adaptive_softmax import AdaptiveEmbedding, AdaptiveSoftmax
+    from model.layers.adaptive_softmax import AdaptiveEmbedding, AdaptiveSoftmax
 
     softmax = AdaptiveSoftmax(vocab_size=50, d_model=8, cutoffs=(10, 30))
     embedding = AdaptiveEmbedding(vocab_size=50, d_model=8, cutoffs=(10, 30))
@@ -123,7 +123,7 @@ def test_static_paths_are_taken_under_xla_only():
 def test_dropout_bits_equal_with_and_without_xla():
     import tensorflow as tf
 
-    from model.dropout import random_bytes
+    from model.layers.dropout import random_bytes
     from model.xla import uniform_from_bits
 
     seed = tf.constant([12345, 678], tf.int32)

@@ -1,6 +1,6 @@
 """The PAR architecture search as a training plug-in.
 
-For a Transformer-XL / PAR model (model/transformer_xl.py) it owns what the
+For a Transformer-XL / PAR model (model/transformer_xl/model.py) it owns what the
 search adds to plain training (Mandava et al. 2020, arXiv 2009.04534):
 - the architecture logits' optimizer: Adam (lr `arch_learning_rate`, betas
   `arch_beta_1/2`), L2 decay `arch_weight_decay` added to the gradient, no
@@ -15,7 +15,7 @@ search adds to plain training (Mandava et al. 2020, arXiv 2009.04534):
   search_cost_target)` added to the loss, where `E[cost] = sum_blocks
   sum_k p_k cost_k` (plus the fixed embedding and output cost) is the expected
   forward FLOPs per token of the network under p = softmax(alpha), relative
-  to a Transformer-XL of the same depth (model/flops.py), so the knob trades
+  to a Transformer-XL of the same depth (model/transformer_xl/flops.py), so the knob trades
   perplexity for speed; the expected cost is logged (`expected_cost`);
 - the architecture summaries (TensorBoard), the probability history
   (`arch_history.json`), and at the end the derived architecture
@@ -36,8 +36,8 @@ import os
 from absl import logging
 import numpy as np
 
-from model import flops
-from model.config import ARCHITECTURE_LETTERS
+from model.transformer_xl import flops
+from model.transformer_xl.config import ARCHITECTURE_LETTERS
 from training import derive, plots, schedules
 from training.config import capped_warmup
 from training.plugins import OptimizerGroup, Plugin

@@ -36,8 +36,8 @@ import keras
 import tensorflow as tf
 
 from model import xla
-from model.config import tail_dims
-from model.initializers import clone_initializer
+from model.config_base import tail_dims
+from model.layers.initializers import clone_initializer
 
 
 def _set_layout(layer, vocab_size, d_model, cutoffs, proj_factor, proj_dims):

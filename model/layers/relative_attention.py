@@ -34,9 +34,9 @@ import math
 import keras
 import tensorflow as tf
 
-from model.dropout import FastDropout
-from model.initializers import clone_initializer
-from model.layer_norm import LayerNorm
+from model.layers.dropout import FastDropout
+from model.layers.initializers import clone_initializer
+from model.layers.layer_norm import LayerNorm
 
 # Added to masked logits (in float32) so their softmax weight is exactly 0;
 # finite rather than -inf so a fully masked row could never produce NaN.
@@ -324,7 +324,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
 
     @property
     def dropout_layers(self):
-        """The FastDropout layers a training call draws from (`model.dropout.fixed_seeds`)."""
+        """The FastDropout layers a training call draws from (`model.layers.dropout.fixed_seeds`)."""
         return [self.attn_dropout_layer, self.output_dropout]
 
     def call(self, x, mem=None, training=False, rel_bias=None):

@@ -74,7 +74,7 @@ def fixed_seeds(layers, seeds):
 
     For code that draws the seeds of several layers up front, e.g. a hard
     PAR block that must advance every candidate's seed generator whichever
-    candidate runs (model/stochastic_block.py): `draw_seeds` outside, then
+    candidate runs (model/transformer_xl/stochastic_block.py): `draw_seeds` outside, then
     call the layers inside `fixed_seeds`.
 
     Args:

@@ -26,9 +26,9 @@ import math
 import keras
 import tensorflow as tf
 
-from model.dropout import FastDropout
-from model.layer_norm import LayerNorm
-from model.relative_attention import causal_mask, clone_initializer
+from model.layers.dropout import FastDropout
+from model.layers.layer_norm import LayerNorm
+from model.layers.relative_attention import causal_mask, clone_initializer
 
 # Added to masked logits (in float32): their softmax weight is exactly 0.
 _MASK_VALUE = -1e30

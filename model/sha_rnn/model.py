@@ -25,7 +25,7 @@ with h_i, c_i [B, D] the LSTM states of block i, and one memory [B, M, D]
 per attention block in increasing block order. Everything returned is
 gradient-stopped: no backpropagation between segments.
 
-Every dropout is `model.dropout.FastDropout` (rates rounded to 1/256).
+Every dropout is `model.layers.dropout.FastDropout` (rates rounded to 1/256).
 """
 
 import dataclasses
@@ -33,12 +33,12 @@ import dataclasses
 import keras
 import tensorflow as tf
 
-from model.adaptive_softmax import AdaptiveSoftmax
-from model.dropout import FastDropout
-from model.relative_attention import clone_initializer
-from model.sha_rnn_attention import init_stddev, offset_seed
-from model.sha_rnn_block import ShaRnnBlock
-from model.sha_rnn_config import ShaRnnConfig
+from model.layers.adaptive_softmax import AdaptiveSoftmax
+from model.layers.dropout import FastDropout
+from model.layers.relative_attention import clone_initializer
+from model.sha_rnn.attention import init_stddev, offset_seed
+from model.sha_rnn.block import ShaRnnBlock
+from model.sha_rnn.config import ShaRnnConfig
 
 # Seed offsets from the config seed: embedding 0, dropouts 2 and 3, softmax
 # kernels from 10 on (one per kernel), block i from _BLOCK_SEED_STRIDE * (i + 1)
@@ -63,7 +63,7 @@ class ShaRnnLM(keras.Model):
     keep PyTorch's default (see `ShaRnnBlock`).
 
     Args:
-        See `model.sha_rnn_config.ShaRnnConfig` for every argument.
+        See `model.sha_rnn.config.ShaRnnConfig` for every argument.
         **kwargs: base `keras.Model` arguments (name, dtype, trainable).
     """
 

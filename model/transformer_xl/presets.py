@@ -1,4 +1,4 @@
-"""Config -> Transformer-XL model: the only place that unpacks a `ModelConfig`, plus presets.
+"""Transformer-XL / PAR presets: dicts of `ModelConfig` fields.
 
 Presets are dicts of `ModelConfig` keyword arguments:
     tiny         unit tests: V 64, D 32, 2 heads, F 64, 4 blocks, M 8.
@@ -10,9 +10,7 @@ Presets are dicts of `ModelConfig` keyword arguments:
     enwik8_span  enwik8 with adaptive-span attention (S 1024, R 32).
 """
 
-import dataclasses
-
-from model.config import ModelConfig
+from model.transformer_xl.config import ModelConfig
 
 PRESETS: dict[str, dict] = {
     "tiny": dict(
@@ -60,32 +58,3 @@ def preset_config(name, **overrides) -> ModelConfig:
     if name not in PRESETS:
         raise ValueError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}")
     return ModelConfig.from_dict({**PRESETS[name], **overrides})
-
-
-def build_transformer_xl(config: ModelConfig, dtype=None):
-    """Builds the Transformer-XL / PAR model described by `config`, weights created.
-
-    Args:
-        config: ModelConfig.
-        dtype: optional Keras dtype policy (e.g. "mixed_bfloat16"); None uses
-            the global policy.
-
-    Returns:
-        A built `TransformerXLLM` (variables exist, so optimizers and
-        checkpoints can be created before the first step).
-    """
-    if not isinstance(config, ModelConfig):
-        raise TypeError(f"build_transformer_xl expects a ModelConfig, got {type(config).__name__}")
-    # Imported here so that importing the presets does not load TensorFlow.
-    from model.transformer_xl import TransformerXLLM
-
-    model = TransformerXLLM(**dataclasses.asdict(config), dtype=dtype)
-    model.build((None, None))  # [B, T]
-    return model
-
-
-def build_model(config, dtype=None):
-    """Builds the model of any family from its config (`model.families.build_model`)."""
-    from model import families
-
-    return families.build_model(config, dtype=dtype)

@@ -18,7 +18,7 @@ Data flow:
       -> optional final layer norm -> dropout -> hidden [B, T, D]
     hidden -> adaptive softmax: token_nll [B, T] or log_probs [B, T, V].
 
-Every dropout is `model.dropout.FastDropout`: rates are applied quantised to a
+Every dropout is `model.layers.dropout.FastDropout`: rates are applied quantised to a
 multiple of 1/256 (0.1 -> 26/256, 0.2 -> 51/256).
 
 Memory is explicit: `hidden, new_mems = model(inputs, mems)`, with
@@ -31,13 +31,13 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from model.adaptive_softmax import AdaptiveEmbedding, AdaptiveSoftmax
-from model.config import ARCHITECTURE_LETTERS, SUPERNET, ModelConfig
-from model.dropout import FastDropout
-from model.feed_forward import PositionwiseFeedForward
+from model.layers.adaptive_softmax import AdaptiveEmbedding, AdaptiveSoftmax
+from model.transformer_xl.config import ARCHITECTURE_LETTERS, SUPERNET, ModelConfig
+from model.layers.dropout import FastDropout
+from model.layers.feed_forward import PositionwiseFeedForward
 from model.interface import is_decayed_by_role
-from model.layer_norm import LayerNorm
-from model.stochastic_block import StochasticBlock, make_attention
+from model.layers.layer_norm import LayerNorm
+from model.transformer_xl.stochastic_block import StochasticBlock, make_attention
 
 
 def update_memory(mem, block_input, mem_len):
@@ -67,14 +67,14 @@ class TransformerXLLM(keras.Model):
 
     The constructor takes the fields of `ModelConfig` as explicit arguments
     (and validates them with it), so `get_config` / `from_config` round-trip;
-    `model.builder.build_model(config)` is the usual way to make one.
+    `model.transformer_xl.presets.build_model(config)` is the usual way to make one.
 
     Training code should add `span_losses` (computed from the span variables)
     to the loss and not also `model.losses`, which holds the same terms when
     training (counting both would double the span penalty).
 
     Args:
-        See `model.config.ModelConfig` for every argument.
+        See `model.transformer_xl.config.ModelConfig` for every argument.
         **kwargs: base `keras.Model` arguments (name, dtype, trainable).
     """
 

@@ -4,11 +4,11 @@ SHA-RNN (Merity 2019, "Single Headed Attention RNN: Stop Thinking With Your
 Head", arXiv 1911.11423; reference code smerity/sha-rnn, model.py): a stack
 of LSTM blocks with a Boom feed-forward in every block and one single-head
 attention in the second-to-last block. `ShaRnnConfig` describes one model;
-`model.sha_rnn.build_sha_rnn(config)` is the only place that unpacks it.
+`model.sha_rnn.model.build_sha_rnn(config)` is the only place that unpacks it.
 Every field is checked in `__post_init__`; a bad value raises a `ValueError`
 naming the field and the fix. Importing this module does not load TensorFlow.
 
-Field names follow `model.config.ModelConfig` where the concept is the same
+Field names follow `model.transformer_xl.config.ModelConfig` where the concept is the same
 (vocab_size, d_model, mem_len, dropout, attn_dropout, cutoffs, proj_factor,
 proj_dims, tie_weights, seed). Each field's help text lives in its metadata
 (flags are generated from it).
@@ -17,22 +17,10 @@ proj_dims, tie_weights, seed). Each field's help text lives in its metadata
 import dataclasses
 import math
 
-from model.config import DictConfig, check_softmax_fields
+from model.config_base import ConfigBase, check_softmax_fields
+from model.config_base import field as _field
 
-_TUPLE_FIELDS = ("attention_layers", "cutoffs", "proj_dims")
 _DROPOUT_FIELDS = ("dropout", "dropout_input", "dropout_hidden", "attn_dropout")
-
-
-def _is_int(value):
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _field(default, help_text, **metadata):
-    return dataclasses.field(default=default, metadata={"help": help_text, **metadata})
 
 
 def default_attention_layers(num_layers):
@@ -52,8 +40,8 @@ def default_attention_layers(num_layers):
 
 
 @dataclasses.dataclass(frozen=True)
-class ShaRnnConfig(DictConfig):
-    """Hyper-parameters of `ShaRnnLM` (model/sha_rnn.py).
+class ShaRnnConfig(ConfigBase):
+    """Hyper-parameters of `ShaRnnLM` (model/sha_rnn/model.py).
 
     The defaults are the reference's enwik8 model (README command): 4 layers,
     width 1024, Boom 4096, one attention in block 2, memory 5000, dropouts
@@ -75,11 +63,9 @@ class ShaRnnConfig(DictConfig):
         cutoffs, proj_factor, proj_dims: adaptive softmax, as in ModelConfig.
         tie_weights: share the softmax weights with the input embedding.
         seed: seed of the weight initialisers and dropout masks.
-    All dropout rates are applied by `model.dropout.FastDropout`, which rounds
+    All dropout rates are applied by `model.layers.dropout.FastDropout`, which rounds
     them to a multiple of 1/256.
     """
-
-    TUPLE_FIELDS = _TUPLE_FIELDS  # (a class attribute, not a field)
 
     vocab_size: int = dataclasses.field(
         metadata={"help": "Number of token ids V (the data's vocabulary size)."}
@@ -118,38 +104,11 @@ class ShaRnnConfig(DictConfig):
     )
     seed: int = _field(0, "Seed of the weight initialisers and dropout masks.")
 
-    def __post_init__(self):
-        # Lists (from JSON or flags) become tuples so the config stays hashable.
-        for name in _TUPLE_FIELDS:
-            value = getattr(self, name)
-            if isinstance(value, list):
-                object.__setattr__(self, name, tuple(value))
-        self._check_types()
+    def validate(self):
         self._check_sizes()
         self._check_attention_layers()
         self._check_rates()
-        self._check_softmax()
-
-    def _check_types(self):
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if field.name in _TUPLE_FIELDS:
-                ok = (value is None and field.name == "attention_layers") or (
-                    isinstance(value, tuple) and all(_is_int(v) for v in value)
-                )
-                want = "a tuple of integers"
-                if field.name == "attention_layers":
-                    want += " or None"
-            elif field.type is int:
-                ok, want = _is_int(value), "an integer"
-            elif field.type is float:
-                ok, want = _is_number(value), "a number"
-            elif field.type is bool:
-                ok, want = isinstance(value, bool), "True or False"
-            else:
-                ok, want = True, ""
-            if not ok:
-                raise ValueError(f"{field.name} must be {want}, got {value!r}")
+        check_softmax_fields(self)
 
     def _check_sizes(self):
         for name in ("vocab_size", "d_model", "num_layers", "boom_dim"):
@@ -189,83 +148,9 @@ class ShaRnnConfig(DictConfig):
                 f"ar_coef must be a finite number >= 0 (0 disables it), got {self.ar_coef}"
             )
 
-    def _check_softmax(self):
-        check_softmax_fields(self)
-
     @property
     def resolved_attention_layers(self):
         """tuple[int, ...]: sorted block indices that carry attention."""
         if self.attention_layers is None:
             return default_attention_layers(self.num_layers)
         return tuple(sorted(self.attention_layers))
-
-
-
-# Presets: dicts of ShaRnnConfig keyword arguments.
-_SMALL = dict(
-    vocab_size=256, d_model=256, num_layers=3, boom_dim=1024, mem_len=512,
-    dropout=0.1, dropout_input=0.1, dropout_hidden=0.1, attn_dropout=0.1,
-)  # fmt: skip
-_WT2 = dict(
-    vocab_size=12000, d_model=256, num_layers=4, boom_dim=1024, mem_len=512,
-    dropout=0.2, dropout_input=0.2, dropout_hidden=0.2, attn_dropout=0.1,
-    cutoffs=(1000, 3845),
-)  # fmt: skip
-
-PRESETS: dict[str, dict] = {
-    # The reference README command (enwik8, bytes, full softmax, tied):
-    #   main.py --epochs 32 --dropouth 0.1 --dropouti 0.1 --dropout 0.1
-    #       --optimizer lamb --bptt 1024 --warmup 800 --lr 2e-3 --emsize 1024
-    #       --nhid 4096 --nlayers 4 --batch_size 16
-    # (DESIGN.md says batch 8, the size the README suggests for the variant
-    # with attention in every layer.) Trainer settings, not model fields:
-    # LAMB, lr 2e-3, 800 warm-up steps, bptt 1024 (the trainer's seq_len comes
-    # from the data), main.py defaults clip 0.25 and weight decay 1.2e-6.
-    # The reference keeps 5000 positions (memory + segment) for attention.
-    "sha_rnn_enwik8": dict(
-        vocab_size=256, d_model=1024, num_layers=4, boom_dim=4096, mem_len=5000,
-        dropout=0.1, dropout_input=0.1, dropout_hidden=0.1, attn_dropout=0.1, cutoffs=(),
-    ),
-    # Byte-level WikiText-2 on a 2-core CPU: width 256, three blocks with the
-    # attention in block 1 (second-to-last, as in the paper). Not tuned.
-    "sha_rnn_small": dict(_SMALL),
-    "lstm_small": dict(_SMALL, attention_layers=(), mem_len=0),
-    # WikiText-2 with the 12k sentencepiece vocabulary; cutoffs as the
-    # Transformer-XL wt2_base preset (optimal_cuts.py at d_model 128; at
-    # d_model 256 it suggests (1000, 3495)). Dropouts are a guess for a
-    # small corpus, not tuned.
-    "sha_rnn_wt2": dict(_WT2),
-    # Unit tests: tiny widths, attention in block 0 of 2 (the second-to-last).
-    "sha_rnn_tiny": dict(vocab_size=64, d_model=16, num_layers=2, boom_dim=32, mem_len=8,
-                         cutoffs=(16, 32), tie_weights=False),
-    "lstm_tiny": dict(vocab_size=64, d_model=16, num_layers=2, boom_dim=32, mem_len=0,
-                      attention_layers=(), cutoffs=(16, 32), tie_weights=False),
-    "lstm_wt2": dict(_WT2, attention_layers=(), mem_len=0),
-}  # fmt: skip
-
-
-# The reference recipe's optimisation (LAMB, lr 2e-3, 800 linear warm-up
-# steps, clip 0.25, weight decay 1.2e-6), applied by train.py for the flags a
-# user does not give. The tiny test presets keep the trainer's defaults.
-_LAMB_RECIPE = dict(optimizer="lamb", learning_rate=2e-3, warmup_steps=800, clip_norm=0.25,
-                    weight_decay=1.2e-6)
-TRAIN_DEFAULTS: dict[str, dict] = {
-    name: dict(_LAMB_RECIPE) for name in PRESETS if not name.endswith("_tiny")}
-
-
-def sha_rnn_preset(name, **overrides) -> ShaRnnConfig:
-    """The `ShaRnnConfig` of a named preset, with some fields overridden.
-
-    Args:
-        name: a key of `PRESETS`.
-        **overrides: ShaRnnConfig fields to change.
-
-    Returns:
-        A validated ShaRnnConfig.
-
-    Raises:
-        ValueError: unknown preset or field, or an invalid value.
-    """
-    if name not in PRESETS:
-        raise ValueError(f"unknown SHA-RNN preset {name!r}; choose one of {sorted(PRESETS)}")
-    return ShaRnnConfig.from_dict({**PRESETS[name], **overrides})

@@ -28,16 +28,10 @@ import math
 import keras
 import tensorflow as tf
 
-from model.dropout import FastDropout
-from model.layer_norm import LayerNorm
-from model.relative_attention import clone_initializer
-from model.sha_rnn_attention import (
-    SingleHeadAttention,
-    init_stddev,
-    offset_seed,
-    sigmoid_gelu,
-    next_memory,
-)
+from model.layers.dropout import FastDropout
+from model.layers.layer_norm import LayerNorm
+from model.layers.relative_attention import clone_initializer
+from model.sha_rnn.attention import SingleHeadAttention, init_stddev, offset_seed, sigmoid_gelu, next_memory
 
 LAYER_NORM_EPSILON = 1e-12  # the reference's LayerNorm(eps=1e-12)
 

@@ -2,7 +2,7 @@
 
 `ModelConfig` is the one object that describes a model: the trainer builds it
 from flags, writes it to `config.json` and hands it to
-`model.builder.build_model`, the only place that unpacks it into layer
+`model.transformer_xl.presets.build_model`, the only place that unpacks it into layer
 arguments. Every field is checked in `__post_init__`, and a bad value raises a
 `ValueError` that names the field and says how to fix it.
 
@@ -16,8 +16,9 @@ Architectures (PAR, Mandava et al. 2020, arXiv 2009.04534):
 """
 
 import dataclasses
-import math
-from typing import Any
+
+from model.config_base import ConfigBase, check_softmax_fields
+from model.config_base import field as _field
 
 ARCHITECTURE_LETTERS = "afi"  # order of the stochastic block's candidates
 SUPERNET = "supernet"
@@ -26,7 +27,6 @@ ATTENTIONS = ("relative", "adaptive_span")
 SEARCH_MODES = ("soft", "hard")
 HARD_GRADIENTS = ("all", "chosen")
 EVAL_MODES = ("argmax", "expected")
-_TUPLE_FIELDS = ("cutoffs", "proj_dims")
 
 
 def transformer_xl_architecture(num_blocks):
@@ -46,135 +46,8 @@ def transformer_xl_architecture(num_blocks):
     return "af" * (num_blocks // 2)
 
 
-def _field(default, help_, choices=None):
-    """A dataclass field whose help text (and choices) generate its train.py flag."""
-    metadata = {"help": help_}
-    if choices is not None:
-        metadata["choices"] = tuple(choices)
-    return dataclasses.field(default=default, metadata=metadata)
-
-
-def _is_int(value):
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def tail_dims(d_model, num_tails, proj_factor=4.0, proj_dims=()):
-    """Projection dimension of each tail cluster.
-
-    `d_i = max(1, int(d_model // proj_factor ** i))` for tails `i = 1..K`
-    (DESIGN.md writes `d_model / proj_factor^(i+1)` with tails counted from
-    0: the same numbers). Explicit `proj_dims` override the formula.
-
-    Args:
-        d_model: model width D, >= 1.
-        num_tails: number of tail clusters K, >= 0.
-        proj_factor: shrink factor per tail, >= 1.
-        proj_dims: explicit dims, either empty or K ints >= 1.
-
-    Returns:
-        Tuple of K Python ints.
-
-    Raises:
-        ValueError: naming the argument that is out of range.
-    """
-    if int(d_model) != d_model or d_model < 1:
-        raise ValueError(f"d_model must be an integer >= 1, got {d_model!r}.")
-    if int(num_tails) != num_tails or num_tails < 0:
-        raise ValueError(f"num_tails must be an integer >= 0, got {num_tails!r}.")
-    proj_dims = tuple(proj_dims or ())
-    if proj_dims:
-        if len(proj_dims) != num_tails:
-            raise ValueError(
-                f"proj_dims has {len(proj_dims)} entries but there are "
-                f"{num_tails} tail clusters (one per cutoff); give one dim per "
-                "tail or leave proj_dims empty to use proj_factor."
-            )
-        for dim in proj_dims:
-            if isinstance(dim, bool) or int(dim) != dim or dim < 1:
-                raise ValueError(
-                    f"proj_dims must be integers >= 1, got {proj_dims!r}."
-                )
-        return tuple(int(dim) for dim in proj_dims)
-    if not proj_factor >= 1.0:
-        raise ValueError(f"proj_factor must be >= 1, got {proj_factor!r}.")
-    return tuple(
-        max(1, int(d_model // proj_factor**i)) for i in range(1, num_tails + 1)
-    )
-
-
-def check_softmax_fields(config):
-    """Validates the adaptive-softmax fields every family's config shares.
-
-    Args:
-        config: an object with vocab_size, d_model, cutoffs, proj_factor and
-            proj_dims.
-
-    Raises:
-        ValueError: naming the field and the fix.
-    """
-    cutoffs = config.cutoffs
-    if any(c < 1 or c >= config.vocab_size for c in cutoffs):
-        raise ValueError(
-            f"cutoffs={cutoffs} must lie in [1, vocab_size={config.vocab_size}) "
-            "(the vocabulary size itself is implied, do not list it)"
-        )
-    if any(b <= a for a, b in zip(cutoffs, cutoffs[1:])):
-        raise ValueError(f"cutoffs={cutoffs} must be strictly increasing")
-    if config.proj_dims:
-        if len(config.proj_dims) != len(cutoffs):
-            raise ValueError(
-                f"proj_dims={config.proj_dims} needs one width per tail cluster, i.e. "
-                f"len(cutoffs)={len(cutoffs)} values; or leave it empty to use proj_factor"
-            )
-        if any(d < 1 for d in config.proj_dims):
-            raise ValueError(f"proj_dims={config.proj_dims} must be positive integers")
-    if not (config.proj_factor >= 1.0 and math.isfinite(config.proj_factor)):
-        raise ValueError(f"proj_factor must be a finite number >= 1, got {config.proj_factor}")
-
-
-class DictConfig:
-    """JSON round trip and validated copies for a frozen config dataclass.
-
-    Subclasses list their tuple-valued fields in `TUPLE_FIELDS` (lists in
-    JSON; None stays None).
-    """
-
-    TUPLE_FIELDS: tuple = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly dict (tuples become lists)."""
-        out = dataclasses.asdict(self)
-        for name in self.TUPLE_FIELDS:
-            if out[name] is not None:
-                out[name] = list(out[name])
-        return out
-
-    @classmethod
-    def _check_known(cls, names):
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(names) - known)
-        if unknown:
-            raise ValueError(f"unknown {cls.__name__} field(s) {unknown}; valid fields are "
-                             f"{sorted(known)}")
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]):
-        """Inverse of `to_dict`; unknown keys raise a ValueError listing them."""
-        cls._check_known(values)
-        return cls(**values)
-
-    def replace(self, **changes):
-        """A copy with some fields changed (validated again)."""
-        self._check_known(changes)
-        return dataclasses.replace(self, **changes)
-
-
 @dataclasses.dataclass(frozen=True)
-class ModelConfig(DictConfig):
+class ModelConfig(ConfigBase):
     """Hyper-parameters of `TransformerXLLM` (see docs/interfaces.md).
 
     Attributes:
@@ -190,7 +63,7 @@ class ModelConfig(DictConfig):
         clamp_len: clamp relative distances to this value; <= 0: no clamping
             (as the reference Transformer-XL).
         dropout: dropout on embeddings and sub-layer outputs, in [0, 1);
-            applied by `model.dropout.FastDropout`, which rounds the rate to
+            applied by `model.layers.dropout.FastDropout`, which rounds the rate to
             a multiple of 1/256 (and scales by the rounded rate).
         attn_dropout: dropout on attention weights, in [0, 1) (same rounding).
         pre_norm: pre-norm blocks instead of the paper's post-norm.
@@ -218,8 +91,6 @@ class ModelConfig(DictConfig):
         eval_mode: "argmax" or "expected" candidate weights at evaluation.
         seed: seed of the Gumbel noise (with the block index and the step).
     """
-
-    TUPLE_FIELDS = _TUPLE_FIELDS  # (a class attribute, not a field)
 
     vocab_size: int = dataclasses.field(
         metadata={"help": "Number of token ids V (taken from the data)."})
@@ -268,41 +139,11 @@ class ModelConfig(DictConfig):
     eval_mode: str = _field("argmax", "Supernet blocks at evaluation.", EVAL_MODES)
     seed: int = _field(0, "Seed of initialisation, dropout and Gumbel noise.")
 
-    def __post_init__(self):
-        # Lists (from JSON or flags) become tuples so the config stays hashable.
-        for field in _TUPLE_FIELDS:
-            value = getattr(self, field)
-            if isinstance(value, list):
-                object.__setattr__(self, field, tuple(value))
-        self._check_types()
+    def validate(self):
         self._check_sizes()
         self._check_architecture()
-        self._check_softmax()
+        check_softmax_fields(self)
         self._check_attention()
-
-    def _check_types(self):
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            kind = field.type
-            if kind is int or (field.name == "d_head" and value is not None):
-                ok = _is_int(value)
-                want = "an integer"
-            elif kind is float:
-                ok = _is_number(value)
-                want = "a number"
-            elif kind is bool:
-                ok = isinstance(value, bool)
-                want = "True or False"
-            elif kind is str:
-                ok = isinstance(value, str)
-                want = "a string"
-            elif field.name in _TUPLE_FIELDS:
-                ok = isinstance(value, tuple) and all(_is_int(v) for v in value)
-                want = "a tuple of integers"
-            else:
-                ok = True
-            if not ok:
-                raise ValueError(f"{field.name} must be {want}, got {value!r}")
 
     def _check_sizes(self):
         for field in ("vocab_size", "d_model", "num_heads", "d_ffn", "num_blocks"):
@@ -341,22 +182,10 @@ class ModelConfig(DictConfig):
                     f"architecture={arch!r} has {len(arch)} blocks but num_blocks={self.num_blocks}: "
                     "give one letter per block"
                 )
-        if self.search_mode not in SEARCH_MODES:
-            raise ValueError(f"search_mode must be one of {SEARCH_MODES}, got {self.search_mode!r}")
-        if self.hard_gradient not in HARD_GRADIENTS:
-            raise ValueError(
-                f"hard_gradient must be one of {HARD_GRADIENTS}, got {self.hard_gradient!r}")
         if not 0.0 < self.hard_rows <= 1.0:
             raise ValueError(f"hard_rows must be in (0, 1], got {self.hard_rows}")
-        if self.eval_mode not in EVAL_MODES:
-            raise ValueError(f"eval_mode must be one of {EVAL_MODES}, got {self.eval_mode!r}")
-
-    def _check_softmax(self):
-        check_softmax_fields(self)
 
     def _check_attention(self):
-        if self.attention not in ATTENTIONS:
-            raise ValueError(f"attention must be one of {ATTENTIONS}, got {self.attention!r}")
         # Span fields are checked whatever the attention so a config stays
         # valid when only `attention` is switched to "adaptive_span".
         for field in ("span_max", "span_ramp"):

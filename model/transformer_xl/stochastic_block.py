@@ -43,10 +43,10 @@ import keras
 import tensorflow as tf
 
 from model import xla
-from model.adaptive_span import AdaptiveSpanAttention
-from model.dropout import draw_seeds, fixed_seeds
-from model.feed_forward import PositionwiseFeedForward
-from model.relative_attention import RelativeMultiHeadAttention
+from model.layers.adaptive_span import AdaptiveSpanAttention
+from model.layers.dropout import draw_seeds, fixed_seeds
+from model.layers.feed_forward import PositionwiseFeedForward
+from model.layers.relative_attention import RelativeMultiHeadAttention
 
 CANDIDATES = ("attention", "dense", "identity")
 _SEARCH_MODES = ("soft", "hard")

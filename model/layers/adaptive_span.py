@@ -26,7 +26,7 @@ import keras
 import tensorflow as tf
 
 from model import xla
-from model.relative_attention import RelativeMultiHeadAttention
+from model.layers.relative_attention import RelativeMultiHeadAttention
 
 # Added to the renormalisation denominator: a row whose in-span weights all
 # underflow gives zeros instead of NaN.

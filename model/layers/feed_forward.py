@@ -13,9 +13,9 @@ with `FF(x) = Dropout(Dense_D(Dropout(act(Dense_F(x)))))`.
 
 import keras
 
-from model.dropout import FastDropout
-from model.initializers import clone_initializer
-from model.layer_norm import LayerNorm
+from model.layers.dropout import FastDropout
+from model.layers.initializers import clone_initializer
+from model.layers.layer_norm import LayerNorm
 
 
 @keras.saving.register_keras_serializable(package="par")
@@ -98,7 +98,7 @@ class PositionwiseFeedForward(keras.layers.Layer):
 
     @property
     def dropout_layers(self):
-        """The FastDropout layers a training call draws from (`model.dropout.fixed_seeds`)."""
+        """The FastDropout layers a training call draws from (`model.layers.dropout.fixed_seeds`)."""
         return [self.inner_dropout, self.output_dropout]
 
     def call(self, x, training=False):

@@ -1,0 +1,41 @@
+"""Transformer-XL / PAR: the supernet of stochastic blocks and fixed architectures.
+
+    config.py            ModelConfig (every field with its help) and the enums
+    presets.py           named ModelConfig fields (tiny, wt2_base, ...)
+    blocks.py            the block registry: letter -> BlockSpec
+    stochastic_block.py  the Gumbel-softmax choice between the block types
+    model.py             TransformerXLLM (the language-model interface)
+    flops.py             forward FLOPs per token and parameter counts
+
+Papers: Dai et al. 2019 (arXiv 1901.02860), Mandava et al. 2020 (PAR,
+arXiv 2009.04534). Importing this package does not load TensorFlow.
+"""
+
+import dataclasses
+
+
+def build(config, dtype=None):
+    """Builds the Transformer-XL / PAR model described by `config`, weights created.
+
+    The only place that unpacks a `ModelConfig` into layer arguments.
+
+    Args:
+        config: ModelConfig.
+        dtype: optional Keras dtype policy (e.g. "mixed_bfloat16"); None uses
+            the global policy.
+
+    Returns:
+        A built `TransformerXLLM` (variables exist, so optimizers and
+        checkpoints can be created before the first step).
+    """
+    from model.transformer_xl.config import ModelConfig
+
+    if not isinstance(config, ModelConfig):
+        raise TypeError(f"the transformer_xl family builds from a ModelConfig, got "
+                        f"{type(config).__name__}")
+    # Imported here so that importing the presets does not load TensorFlow.
+    from model.transformer_xl.model import TransformerXLLM
+
+    model = TransformerXLLM(**dataclasses.asdict(config), dtype=dtype)
+    model.build((None, None))  # [B, T]
+    return model
