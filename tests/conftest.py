@@ -11,7 +11,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import pytest
 
-PROJECT_ROOT = pathlib.Path(__file__).resolve().parents[1]
+from tests.helpers import PROJECT_ROOT  # noqa: E402
+
 SHIPPED_WIKITEXT2 = PROJECT_ROOT / "datasets" / "wikitext-2"
 
 
@@ -39,7 +40,7 @@ def project_root() -> pathlib.Path:
 @pytest.fixture(scope="session")
 def word_data(tmp_path_factory, wikitext2_root) -> pathlib.Path:
     """A word build (V 256, B 4, T 16) of WikiText-2 slices; valid has a 50-id tail."""
-    from test_generation import build_data
+    from tests.helpers.runs import build_data
 
     return build_data(tmp_path_factory.mktemp("word_data"), wikitext2_root, "word")
 

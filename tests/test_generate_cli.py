@@ -11,9 +11,11 @@ import sys
 import numpy as np
 import pytest
 
-from test_generation import build_data
+from tests.helpers.runs import build_data
 
-PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.helpers import PROJECT_ROOT
+
+PROJECT_ROOT = str(PROJECT_ROOT)
 ENV = dict(os.environ, PYTHONPATH=PROJECT_ROOT, TF_CPP_MIN_LOG_LEVEL="2")
 
 

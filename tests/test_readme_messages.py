@@ -10,7 +10,9 @@ import ast
 import pathlib
 import re
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from tests.helpers import PROJECT_ROOT
+
+ROOT = PROJECT_ROOT
 PLACEHOLDER = re.compile(r"\.\.\.|\b(?:DIR|DATASET|[A-Z]'?)(?![\w'])")
 MAX_JOINS = 2  # a message may join a few strings (e.g. an f-string and a helper's text)
 MIN_PIECE = 12

@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from tests.helpers import PROJECT_ROOT
+
 # Slices of real WikiText-2 (valid split, by line) used as train/valid/test.
 TINY_LINES = {"train": (0, 600), "valid": (600, 720), "test": (720, 840)}
 TINY_BATCH = 4
@@ -54,7 +56,7 @@ def tiny_config(data_dir, model_dir, **overrides):
     return TrainConfig(**values)
 
 
-PROJECT_ROOT = pathlib.Path(__file__).resolve().parents[2]
+
 
 
 def _subprocess_env():

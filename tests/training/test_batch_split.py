@@ -9,77 +9,10 @@ model's token NLL at trace time) and the step is traced once.
 import numpy as np
 import pytest
 
+from tests.helpers.trainers import (EXTRA_LOSS_FLAGS, FAMILY_FLAGS, as_arrays, assert_close,
+                                   family_config, first_batches, make_trainer)
+
 STEPS = 4
-# Per family: the tiny preset, dropout off (SHA-RNN: LAMB, its recipe), L2
-# decay and clipping on so that the whole update path is compared.
-# Transformer-XL with 2 supernet blocks, not 4: the equivalence does not depend
-# on depth, and every block adds tracing time to each trainer.
-_FAMILY_FLAGS = {
-    "transformer_xl": ["--preset=tiny", "--num_blocks=2", "--dropout=0",
-                       "--arch_warmup_steps=0"],
-    "sha_rnn": ["--model_family=sha_rnn", "--preset=sha_rnn_tiny", "--dropout=0",
-                "--dropout_input=0", "--dropout_hidden=0", "--attn_dropout=0",
-                "--optimizer=lamb"],
-}
-# Extra losses with weights that make them count (span loss, activation
-# regularisation): each must be counted once, not K times.
-_EXTRA_LOSS_FLAGS = {
-    "transformer_xl": ["--attention=adaptive_span", "--span_max=16", "--span_ramp=4",
-                       "--span_loss_coef=0.05"],
-    "sha_rnn": ["--ar_coef=2.0"],
-}
-_TRAIN_FLAGS = ["--learning_rate=3e-3", "--clip_norm=0.5", "--weight_decay=0.01",
-                "--max_steps=100", "--sample_tokens=0"]
-
-
-def _config(data_dir, model_dir, family, *extra):
-    from absl import flags
-
-    import train as train_cli
-
-    fv = train_cli.define_flags(flags.FlagValues())
-    fv(["train.py", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
-        *_FAMILY_FLAGS[family], *_TRAIN_FLAGS, *extra])
-    return train_cli.config_from_flags(fv)[0]
-
-
-def _trainer(config, copy_from=None, record_rows=None):
-    import data_utils
-    import tensorflow as tf
-    from training.trainer import Trainer
-
-    trainer = Trainer(config, data_utils.load_meta(config.data_dir), tf.distribute.get_strategy())
-    if copy_from is not None:
-        for a, b in zip(trainer.model.variables, copy_from.model.variables):
-            a.assign(b)
-    if record_rows is not None:  # rows of every token_nll call traced
-        token_nll = trainer.model.token_nll
-
-        def recording(hidden, targets):
-            record_rows.append(int(targets.shape[0]))
-            return token_nll(hidden, targets)
-
-        trainer.model.token_nll = recording
-    return trainer
-
-
-def _batches(config, count):
-    import data_utils
-
-    meta = data_utils.load_meta(config.data_dir)
-    return list(data_utils.make_dataset(config.data_dir, "train", meta=meta).take(count))
-
-
-def _arrays(variables):
-    return [np.asarray(v, dtype=np.float64) for v in variables]
-
-
-def _assert_close(got, want, rel, what):
-    assert len(got) == len(want), what
-    for i, (a, b) in enumerate(zip(got, want)):
-        assert a.shape == b.shape, (what, i)
-        assert np.linalg.norm(a - b) <= rel * max(np.linalg.norm(b), 1e-6), (what, i)
-
 
 def _optimizer_variables(trainer):
     return [v for o in trainer.optimizers.values() for v in o.variables]
@@ -96,13 +29,13 @@ def _split_run(data_dir, root, family, resume):
         variables and state as float64 arrays, rows seen by token_nll, tracing
         counts, the initial weights and (with `resume`) the resumed trainer's.
     """
-    config = _config(data_dir, root / "one", family, *_EXTRA_LOSS_FLAGS[family])
-    one = _trainer(config)
+    config = family_config(data_dir, root / "one", family, *EXTRA_LOSS_FLAGS[family])
+    one = make_trainer(config)
     rows = {2: [], 4: []}
-    split = {k: _trainer(config.replace(model_dir=str(root / f"k{k}"), batch_split=k),
+    split = {k: make_trainer(config.replace(model_dir=str(root / f"k{k}"), batch_split=k),
                          copy_from=one, record_rows=rows[k]) for k in rows}
-    out = dict(config=config, rows=rows, initial=_arrays(one.model.variables), steps=[])
-    batches = _batches(config, STEPS)
+    out = dict(config=config, rows=rows, initial=as_arrays(one.model.variables), steps=[])
+    batches = first_batches(config, STEPS)
     for index, (inputs, targets) in enumerate(batches):
         want = one.train_step(inputs, targets)
         out["steps"].append((want, {k: t.train_step(inputs, targets) for k, t in split.items()}))
@@ -110,16 +43,16 @@ def _split_run(data_dir, root, family, resume):
             split[2].save()  # a checkpoint written with K=2 after 2 steps
 
     def final(trainer):
-        return dict(weights=_arrays(trainer.model.variables),
-                    optimizer=_arrays(_optimizer_variables(trainer)),
-                    state=_arrays(trainer.global_state()))
+        return dict(weights=as_arrays(trainer.model.variables),
+                    optimizer=as_arrays(_optimizer_variables(trainer)),
+                    state=as_arrays(trainer.global_state()))
 
     out["one"], out["split"] = final(one), {k: final(t) for k, t in split.items()}
     out["tracing"] = {k: (t._step_fn.experimental_get_tracing_count(),
                           t._forward_backward.experimental_get_tracing_count())
                       for k, t in split.items()}
     if resume:
-        second = _trainer(split[2].config.replace(batch_split=1))
+        second = make_trainer(split[2].config.replace(batch_split=1))
         out["restored_step"] = second.restore()
         for batch in batches[2:]:
             second.train_step(*batch)
@@ -146,7 +79,7 @@ def split_runs(tiny_data, tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", sorted(_FAMILY_FLAGS))
+@pytest.mark.parametrize("family", sorted(FAMILY_FLAGS))
 def test_split_step_equals_unsplit_step(split_runs, family):
     run = split_runs(family)
     config = run["config"]
@@ -166,9 +99,9 @@ def test_split_step_equals_unsplit_step(split_runs, family):
     one = run["one"]
     for k, trainer in run["split"].items():
         # Weights (architecture logits included), optimizer moments, memories.
-        _assert_close(trainer["weights"], one["weights"], 1e-5, f"weights K={k}")
-        _assert_close(trainer["optimizer"], one["optimizer"], 1e-5, f"optimizer K={k}")
-        _assert_close(trainer["state"], one["state"], 1e-5, f"state K={k}")
+        assert_close(trainer["weights"], one["weights"], 1e-5, f"weights K={k}")
+        assert_close(trainer["optimizer"], one["optimizer"], 1e-5, f"optimizer K={k}")
+        assert_close(trainer["state"], one["state"], 1e-5, f"state K={k}")
         # Micro-batches of B/K rows, the step and the micro-step traced once.
         assert run["rows"][k] == [config.batch_size // k], run["rows"][k]
         assert run["tracing"][k] == (1, 1)
@@ -179,13 +112,13 @@ def test_split_step_equals_unsplit_step(split_runs, family):
 def test_mixed_float16_loss_scaling_with_split(tiny_data, tmp_path):
     import keras
 
-    config = _config(tiny_data, tmp_path / "one", "transformer_xl", "--precision=mixed_float16")
+    config = family_config(tiny_data, tmp_path / "one", "transformer_xl", "--precision=mixed_float16")
     try:
-        one = _trainer(config)
-        two = _trainer(config.replace(model_dir=str(tmp_path / "two"), batch_split=2),
+        one = make_trainer(config)
+        two = make_trainer(config.replace(model_dir=str(tmp_path / "two"), batch_split=2),
                        copy_from=one)
         assert isinstance(two.optimizers["weights"], keras.optimizers.LossScaleOptimizer)
-        for inputs, targets in _batches(config, 3):
+        for inputs, targets in first_batches(config, 3):
             want, got = one.train_step(inputs, targets), two.train_step(inputs, targets)
             assert got["finite"] and want["finite"]
             # float16 activations: micro-batches round differently.
@@ -193,17 +126,17 @@ def test_mixed_float16_loss_scaling_with_split(tiny_data, tmp_path):
             assert got["grad_norm"] == pytest.approx(want["grad_norm"], rel=2e-2)
         scale = [float(t.optimizers["weights"].dynamic_scale) for t in (one, two)]
         assert scale[0] == scale[1]
-        _assert_close(_arrays(two.model.variables), _arrays(one.model.variables), 1e-2, "weights")
+        assert_close(as_arrays(two.model.variables), as_arrays(one.model.variables), 1e-2, "weights")
     finally:
         keras.mixed_precision.set_global_policy("float32")
 
 
 @pytest.mark.slow
 def test_split_runs_with_dropout(tiny_data, tmp_path):
-    config = _config(tiny_data, tmp_path / "drop", "transformer_xl", "--dropout=0.1",
+    config = family_config(tiny_data, tmp_path / "drop", "transformer_xl", "--dropout=0.1",
                      "--batch_split=4")
-    trainer = _trainer(config)
-    outs = [trainer.train_step(*batch) for batch in _batches(config, 3)]
+    trainer = make_trainer(config)
+    outs = [trainer.train_step(*batch) for batch in first_batches(config, 3)]
     assert all(out["finite"] for out in outs)
     seeds = [v for v in trainer.model.variables if "seed_generator" in v.path]
     assert seeds and any(np.asarray(v)[1] > 0 for v in seeds)
@@ -219,5 +152,5 @@ def test_resume_with_another_batch_split(split_runs):
     """
     run = split_runs("transformer_xl")
     assert run["restored_step"] == 2
-    _assert_close(run["resumed"]["weights"], run["one"]["weights"], 1e-5, "weights")
-    _assert_close(run["resumed"]["state"], run["one"]["state"], 1e-5, "state")
+    assert_close(run["resumed"]["weights"], run["one"]["weights"], 1e-5, "weights")
+    assert_close(run["resumed"]["state"], run["one"]["state"], 1e-5, "state")

@@ -11,7 +11,7 @@ the random bits are the same with and without XLA (Philox named, model/xla.py).
 import numpy as np
 import pytest
 
-from tests.training.test_batch_split import _arrays, _assert_close, _batches, _trainer
+from tests.helpers.trainers import as_arrays, assert_close, first_batches, make_trainer
 
 STEPS = 3
 _BASE = ["--preset=tiny", "--num_blocks=2", "--learning_rate=3e-3", "--clip_norm=0.5", "--max_steps=100",
@@ -47,13 +47,13 @@ def _config(data_dir, model_dir, *extra):
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_xla_step_equals_plain_step(tiny_data, tmp_path, case):
     config = _config(tiny_data, tmp_path / "plain", *CASES[case])
-    plain = _trainer(config)
-    compiled = _trainer(config.replace(model_dir=str(tmp_path / "xla"), xla=True),
+    plain = make_trainer(config)
+    compiled = make_trainer(config.replace(model_dir=str(tmp_path / "xla"), xla=True),
                         copy_from=plain)
     # Half precision rounds differently once XLA fuses: compare as it allows.
     half = case in ("bfloat16", "float16")
     rel = 2e-2 if half else 1e-5
-    for inputs, targets in _batches(config, STEPS):
+    for inputs, targets in first_batches(config, STEPS):
         want = plain.train_step(inputs, targets)
         got = compiled.train_step(inputs, targets)
         for key in ("loss", "nll", "grad_norm"):
@@ -70,13 +70,13 @@ def test_xla_step_equals_plain_step(tiny_data, tmp_path, case):
                            plain.optimizers["weights"].variables),
              "state": (compiled.global_state(), plain.global_state())}
     for what, (got, want) in pairs.items():
-        got, want = _arrays(got), _arrays(want)
+        got, want = as_arrays(got), as_arrays(want)
         if half:
             # Adam moves near-zero biases by +-lr whatever their rounding, so
             # compare whole vectors, not variable by variable.
             got, want = [np.concatenate([a.ravel() for a in got])], [
                 np.concatenate([b.ravel() for b in want])]
-        _assert_close(got, want, rel, what)
+        assert_close(got, want, rel, what)
     # Architecture logits: their gradients are ~1e-6 (a small difference of
     # large terms, summed in another order under XLA) and Adam normalises
     # them, so rounding moves each update by a fraction of the learning rate
@@ -148,7 +148,7 @@ def test_dropout_bits_equal_with_and_without_xla():
 def test_compiled_generation_equals_plain(variant):
     """The XLA-compiled decoder gives the plain decoder's tokens and log-probs."""
     from serving.generation import Decoder
-    from tests.test_generation import PROMPT, make_model
+    from tests.helpers.runs import PROMPT, make_model
 
     model = make_model(seed=3, **variant)
     plain, compiled = Decoder(model, mem_len=6), Decoder(model, mem_len=6, jit_compile=True)
@@ -160,16 +160,16 @@ def test_compiled_generation_equals_plain(variant):
 
 def test_sha_rnn_compiled_step_equals_plain(tiny_data, tmp_path):
     """The other model family compiles too (keras LSTM inside the XLA step)."""
-    from tests.training.test_batch_split import _config as family_config
+    from tests.helpers.trainers import family_config
 
     config = family_config(tiny_data, tmp_path / "plain", "sha_rnn")
-    plain = _trainer(config)
-    compiled = _trainer(config.replace(model_dir=str(tmp_path / "xla"), xla=True),
+    plain = make_trainer(config)
+    compiled = make_trainer(config.replace(model_dir=str(tmp_path / "xla"), xla=True),
                         copy_from=plain)
-    for inputs, targets in _batches(config, 2):
+    for inputs, targets in first_batches(config, 2):
         want = plain.train_step(inputs, targets)
         got = compiled.train_step(inputs, targets)
         assert got["loss"] == pytest.approx(want["loss"], rel=1e-5)
         assert got["grad_norm"] == pytest.approx(want["grad_norm"], rel=1e-5)
-    _assert_close(_arrays(compiled.model.variables), _arrays(plain.model.variables), 1e-5,
+    assert_close(as_arrays(compiled.model.variables), as_arrays(plain.model.variables), 1e-5,
                   "weights")

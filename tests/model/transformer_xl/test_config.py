@@ -9,6 +9,8 @@ import pytest
 
 from model.transformer_xl.config import ModelConfig
 
+from tests.helpers import PROJECT_ROOT
+
 
 def make(**overrides):
     values = dict(vocab_size=64, d_model=32, num_heads=2, d_ffn=64, num_blocks=4, mem_len=8, cutoffs=(16, 32))
@@ -121,6 +123,6 @@ def test_invalid_config_names_the_field(overrides, field):
 
 def test_importing_config_does_not_load_tensorflow():
     code = "import sys, model.transformer_xl.config, model.transformer_xl.flops; print('tensorflow' in sys.modules)"
-    root = pathlib.Path(__file__).resolve().parents[2]
+    root = PROJECT_ROOT
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

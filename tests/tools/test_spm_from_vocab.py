@@ -7,11 +7,12 @@ import sys
 import pytest
 import sentencepiece as spm
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
+from sentencepiece import sentencepiece_model_pb2 as model_pb2
 
-import spm_from_vocab  # noqa: E402
-from sentencepiece import sentencepiece_model_pb2 as model_pb2  # noqa: E402
+from tests.helpers import PROJECT_ROOT
+from tools import spm_from_vocab
+
+ROOT = PROJECT_ROOT
 
 SPECIALS = ["--unk_piece=[UNK]", "--bos_piece=[BOS]", "--eos_piece=[EOS]",
             "--pad_piece=[PAD]"]

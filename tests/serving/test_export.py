@@ -12,9 +12,10 @@ import sys
 import numpy as np
 import pytest
 
-from test_generation import make_run
+from tests.helpers import PROJECT_ROOT
+from tests.helpers.runs import make_run
 
-PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROJECT_ROOT = str(PROJECT_ROOT)
 
 # Runs in a child process: io.npz holds the inputs, out.npz receives the outputs.
 RELOAD_SCRIPT = r"""
@@ -36,6 +37,8 @@ assert "model" not in sys.modules, "the SavedModel must load without the project
 
 import importlib
 import keras
+
+from tests.helpers import PROJECT_ROOT
 importlib.import_module(sys.argv[1])  # the family's module registers its "par" layers
 
 lm = keras.saving.load_model("lm.keras")

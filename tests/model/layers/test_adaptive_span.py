@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from model.layers.adaptive_span import AdaptiveSpanAttention, ClampConstraint, adaptive_span_mask, memory_keep_length
 from model.layers.relative_attention import RelativeMultiHeadAttention
-from tests.model.test_relative_attention import randomize_weights, slow_attention
+from tests.helpers.reference import randomize_weights, slow_attention
 
 D, N, H = 8, 2, 3
 

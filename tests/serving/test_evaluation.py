@@ -18,9 +18,11 @@ import sys
 import numpy as np
 import pytest
 
-from test_generation import LINES, make_run
+from tests.helpers.runs import LINES, make_run
 
-PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.helpers import PROJECT_ROOT
+
+PROJECT_ROOT = str(PROJECT_ROOT)
 ENV = dict(os.environ, PYTHONPATH=PROJECT_ROOT, TF_CPP_MIN_LOG_LEVEL="2")
 FAMILIES = ("transformer_xl", "sha_rnn")
 EVAL_MEM_LEN = 8

@@ -11,7 +11,9 @@ import pathlib
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from tests.helpers import PROJECT_ROOT
+
+ROOT = PROJECT_ROOT
 GENERIC = [
     "training/trainer.py", "training/loop.py", "training/checkpoint.py",
     "training/strategy.py", "training/metrics.py", "training/optimizers.py",

@@ -1,0 +1,77 @@
+"""Tiny trainers from train.py's flags, and close-enough comparisons of arrays.
+
+Shared by the tests that compare two ways of taking the same training steps
+(gradient accumulation, XLA).
+"""
+
+import numpy as np
+
+# Per family: the tiny preset, dropout off (SHA-RNN: LAMB, its recipe), L2
+# decay and clipping on so that the whole update path is compared.
+# Transformer-XL with 2 supernet blocks, not 4: the equivalence does not depend
+# on depth, and every block adds tracing time to each trainer.
+FAMILY_FLAGS = {
+    "transformer_xl": ["--preset=tiny", "--num_blocks=2", "--dropout=0",
+                       "--arch_warmup_steps=0"],
+    "sha_rnn": ["--model_family=sha_rnn", "--preset=sha_rnn_tiny", "--dropout=0",
+                "--dropout_input=0", "--dropout_hidden=0", "--attn_dropout=0",
+                "--optimizer=lamb"],
+}
+# Extra losses with weights that make them count (span loss, activation
+# regularisation): each must be counted once, not K times.
+EXTRA_LOSS_FLAGS = {
+    "transformer_xl": ["--attention=adaptive_span", "--span_max=16", "--span_ramp=4",
+                       "--span_loss_coef=0.05"],
+    "sha_rnn": ["--ar_coef=2.0"],
+}
+_TRAIN_FLAGS = ["--learning_rate=3e-3", "--clip_norm=0.5", "--weight_decay=0.01",
+                "--max_steps=100", "--sample_tokens=0"]
+
+
+def family_config(data_dir, model_dir, family, *extra):
+    from absl import flags
+
+    import train as train_cli
+
+    fv = train_cli.define_flags(flags.FlagValues())
+    fv(["train.py", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
+        *FAMILY_FLAGS[family], *_TRAIN_FLAGS, *extra])
+    return train_cli.config_from_flags(fv)[0]
+
+
+def make_trainer(config, copy_from=None, record_rows=None):
+    import data_utils
+    import tensorflow as tf
+    from training.trainer import Trainer
+
+    trainer = Trainer(config, data_utils.load_meta(config.data_dir), tf.distribute.get_strategy())
+    if copy_from is not None:
+        for a, b in zip(trainer.model.variables, copy_from.model.variables):
+            a.assign(b)
+    if record_rows is not None:  # rows of every token_nll call traced
+        token_nll = trainer.model.token_nll
+
+        def recording(hidden, targets):
+            record_rows.append(int(targets.shape[0]))
+            return token_nll(hidden, targets)
+
+        trainer.model.token_nll = recording
+    return trainer
+
+
+def first_batches(config, count):
+    import data_utils
+
+    meta = data_utils.load_meta(config.data_dir)
+    return list(data_utils.make_dataset(config.data_dir, "train", meta=meta).take(count))
+
+
+def as_arrays(variables):
+    return [np.asarray(v, dtype=np.float64) for v in variables]
+
+
+def assert_close(got, want, rel, what):
+    assert len(got) == len(want), what
+    for i, (a, b) in enumerate(zip(got, want)):
+        assert a.shape == b.shape, (what, i)
+        assert np.linalg.norm(a - b) <= rel * max(np.linalg.norm(b), 1e-6), (what, i)
