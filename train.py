@@ -27,10 +27,11 @@ from absl import flags
 from absl import logging
 
 import pardata.quiet  # noqa: F401  (TensorFlow start-up noise; before TF is imported)
+from model.config_base import cutoffs_problem
 from training import config as c
 from training.config import ConfigError, TrainConfig
 
-_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)
+_DEFAULTS = {f.name: f.default for f in TrainConfig.flag_fields()
              if f.default is not dataclasses.MISSING}
 # Model flags that are parsed from strings by hand (shared by the families).
 _SPECIAL_MODEL_FLAGS = ("architecture", "cutoffs", "proj_dims")
@@ -85,137 +86,67 @@ def _model_flag_help(name, owners):
     return text + " Default: the preset's."
 
 
+# Flag groups in --help order (the [group] at the start of each help text).
+GROUPS = ("data", "model", "search", "optimisation", "schedule", "run length", "evaluation",
+          "checkpoints", "logging", "distribution", "performance")
+
+
 def define_flags(fv=flags.FLAGS):
     """Defines every train.py flag on `fv` (tests use their own FlagValues).
 
-    `--help` lists flags alphabetically; the [group] at the start of each help
-    text says where it belongs.
+    The flags are generated from fields: TrainConfig's (training/config.py)
+    and every model family's config (model/families.py), each with its help
+    text, group and choices in the field's metadata. Besides them, only the
+    flags that are parsed into model fields by hand (--architecture,
+    --cutoffs and its cost model, --proj_dims) and --overwrite are defined
+    here. `--help` lists flags alphabetically; the [group] at the start of
+    each help text says where it belongs.
     """
-    from model.families import FAMILIES
-    from training.optimizers import OPTIMIZERS
 
-    d = _DEFAULTS
-    group = ""
-
-    def define(kind, name, default, help_, *args):
+    def define(kind, name, default, group, help_, *args):
         getattr(flags, f"DEFINE_{kind}")(name, default, *args, f"[{group}] {help_}",
                                          flag_values=fv)
 
-    def from_config(kind, name, help_, *args):
-        define(kind, name, d[name], help_, *args)
-
-    group = "data"
-    define("string", "data_dir", None, "Built dataset (meta.json) from build_data.py.")
-    define("integer", "seq_len", None, "Segment length T (default: the data's; must match).")
-    define("integer", "batch_size", None, "Global batch B (default: the data's; must match).")
-
-    group = "model"  # None takes the preset's value
-    define("enum", "model_family", d["model_family"], "Model family (model/families.py): "
-           + "; ".join(f"{f.name}: {f.description}" for f in FAMILIES.values()) + ".",
-           sorted(FAMILIES))
-    define("string", "preset", None, "Model preset that the other model flags override "
-           "(default: the family's: " + ", ".join(
-               f"{f.name} {f.default_preset}" for f in FAMILIES.values()) + "). Presets: "
-           + "; ".join(f"{f.name}: {', '.join(f.presets)}" for f in FAMILIES.values()) + ".")
-    define("string", "architecture", None, "supernet, transformer_xl, an a/f/i string such "
-           "as afafff, or a finished search run (or its architecture.json/.txt) whose derived "
-           "architecture to train from scratch.")
-    define("string", "cutoffs", None, "Adaptive-softmax cutoffs: a comma list such as "
-           "1000,4000, 'none' (full softmax) or 'auto' (optimal_cuts.py on the training "
-           "unigram counts, --num_tails tails).")
-    define("integer", "num_tails", 2, "Tail clusters for --cutoffs=auto.")
-    define("float", "cutoff_logit_cost", 60.0, "--cutoffs=auto cost model: multiply-add "
-           "equivalents per computed logit (0 = pure multiply-add model of DESIGN.md; ~60 "
-           "fits a CPU, see bench/bench_adaptive_softmax.py).")
-    define("integer", "cutoff_min_head", 1000, "--cutoffs=auto: smallest head (frequent "
-           "tokens kept at full width); lowered to leave room for the tails on small "
-           "vocabularies.")
-    define("list", "proj_dims", None, "Explicit tail widths, one per cutoff.")
-    for name, (field, owners) in model_flag_fields().items():
+    def define_field(field, group, help_, default):
         kind = _flag_kind(field)
         args = [list(field.metadata["choices"])] if kind == "enum" else []
-        define(kind, name, None, _model_flag_help(name, owners), *args)
-    define("integer", "eval_mem_len", None, "Memory length at evaluation, >= 0 (default: "
-           "--mem_len).")
+        define(kind, field.name, default, group, help_, *args)
 
-    group = "search"
-    from_config("float", "tau_start", "Gumbel-softmax temperature at step 0.")
-    from_config("float", "tau_end", "Temperature at the end of the annealing.")
-    from_config("enum", "tau_schedule", "Temperature annealing.", c.TAU_SCHEDULES)
-    from_config("integer", "tau_anneal_steps", "Annealing length in steps (0: the whole run as "
-                "planned at its first start).")
-    from_config("integer", "arch_warmup_steps", "Steps before the architecture logits train "
-                "(at most 20% of the run's planned steps are used).")
-    from_config("float", "arch_learning_rate", "Adam learning rate of the architecture logits.")
-    from_config("float", "arch_weight_decay", "L2 weight decay of the architecture logits.")
-    from_config("float", "arch_beta_1", "Adam beta_1 of the architecture optimizer.")
-    from_config("float", "arch_beta_2", "Adam beta_2 of the architecture optimizer.")
-    from_config("float", "search_cost_coef", "Weight of the expected FLOPs of the network "
-                "(sum over blocks of sum_k p_k cost_k, relative to Transformer-XL) in the "
-                "architecture loss: higher trades perplexity for speed (0: off).")
-    from_config("float", "search_cost_target", "Penalise only the expected cost above this "
-                "fraction of Transformer-XL's FLOPs (0: penalise all of it).")
-
-    group = "optimisation"
-    from_config("enum", "optimizer", "Weights optimizer (training/optimizers.py): " + " ".join(
-        f"{name}: {spec.help}" for name, spec in OPTIMIZERS.items()), c.OPTIMIZERS)
-    from_config("float", "learning_rate", "Peak learning rate of the weights.")
-    from_config("float", "weight_decay", "Weight decay of the weight matrices.")
-    from_config("float", "beta_1", "Adam beta_1 of the weights optimizer.")
-    from_config("float", "beta_2", "Adam beta_2 of the weights optimizer.")
-    from_config("float", "epsilon", "Adam epsilon of both optimizers.")
-    from_config("float", "clip_norm", "Global-norm clipping of the weight gradients (0: off).")
-
-    group = "schedule"
-    from_config("enum", "lr_schedule", "Learning rate after the linear warmup (inverse_sqrt: "
-                "peak * sqrt(warmup / step), Transformer-XL's).", c.LR_SCHEDULES)
-    from_config("integer", "warmup_steps", "Linear warmup steps (at most 10% of the run's "
-                "planned steps are used).")
-    from_config("integer", "decay_steps", "Step at which --min_lr is reached (0: the end "
-                "planned at the first start).")
-    from_config("float", "min_lr", "Learning-rate floor.")
-
-    group = "run length"
-    from_config("integer", "epochs", "Passes over the training split (if --max_steps is 0).")
-    from_config("integer", "max_steps", "Total training steps (0: --epochs). A resumed run "
-                "may change it (and --epochs): it stops elsewhere, the schedules stay as "
-                "planned at the first start.")
-
-    group = "evaluation"
-    from_config("integer", "eval_interval", "Evaluate on valid every this many steps (0: "
-                "only at the end).")
-    from_config("integer", "eval_max_records", "Evaluate at most this many records per split "
-                "(0: all; for quick looks).")
-    from_config("integer", "sample_tokens", "Tokens of generated text logged per evaluation.")
-
-    group = "checkpoints"
-    define("string", "model_dir", None, "Run directory (checkpoints, config.json, "
-           "metrics.json); a run found there is resumed.")
-    define("boolean", "overwrite", False, "Discard a previous run in --model_dir.")
-    from_config("integer", "checkpoint_interval", "Save every this many steps (0: at the end).")
-    from_config("integer", "keep_checkpoints", "Last checkpoints kept (the best is kept apart).")
-
-    group = "logging"
-    from_config("integer", "log_interval", "Steps between logged lines and summaries.")
-    define("string", "logdir", None, "TensorBoard directory of this run (default: "
-           "logs/<basename of --model_dir>).")
-
-    group = "distribution"
-    from_config("enum", "strategy", "tf.distribute strategy (multi_worker reads TF_CONFIG).",
-                c.STRATEGIES)
-    from_config("integer", "num_cpu_replicas", "With --strategy=mirrored and no GPU: this "
-                "many logical CPU replicas.")
-    define("string", "tpu", "", "TPU name or address for --strategy=tpu.")
-
-    group = "performance"
-    from_config("integer", "batch_split", "Gradient accumulation: run each replica's rows as "
-                "this many micro-batches of whole rows and apply one update (equal to the "
-                "unsplit step; less activation memory). Must divide the per-replica batch.")
-    from_config("enum", "precision", "Keras dtype policy.", c.PRECISIONS)
-    from_config("boolean", "xla", "Compile the training and evaluation steps with XLA "
-                "(static-shape adaptive softmax, span and hard search; same numbers).")
-    from_config("boolean", "deterministic", "TensorFlow op determinism (exact resume).")
+    fields = TrainConfig.flag_fields()
+    unknown = sorted({f.metadata["group"] for f in fields} - set(GROUPS))
+    if unknown:
+        raise ValueError(f"TrainConfig fields in groups {unknown} that GROUPS does not list")
+    for group in GROUPS:
+        for field in fields:
+            if field.metadata["group"] == group:
+                default = field.metadata.get("flag_default", field.default)
+                define_field(field, group, field.metadata["help"], default)
+        if group == "model":
+            _define_model_flags(define, define_field)
+        if group == "checkpoints":
+            define("boolean", "overwrite", False, group, "Discard a previous run in --model_dir.")
     return fv
+
+
+def _define_model_flags(define, define_field):
+    """The model families' fields (default: the preset's) and the hand-parsed model flags."""
+    group = "model"
+    define("string", "architecture", None, group, "supernet, transformer_xl, an a/f/i string "
+           "such as afafff, or a finished search run (or its architecture.json/.txt) whose "
+           "derived architecture to train from scratch.")
+    define("string", "cutoffs", None, group, "Adaptive-softmax cutoffs: a comma list such as "
+           "1000,4000, 'none' (full softmax) or 'auto' (optimal_cuts.py on the training "
+           "unigram counts, --num_tails tails).")
+    define("integer", "num_tails", 2, group, "Tail clusters for --cutoffs=auto.")
+    define("float", "cutoff_logit_cost", 60.0, group, "--cutoffs=auto cost model: multiply-add "
+           "equivalents per computed logit (0 = the pure multiply-add model of the adaptive softmax paper; ~60 "
+           "fits a CPU, see bench/bench_adaptive_softmax.py).")
+    define("integer", "cutoff_min_head", 1000, group, "--cutoffs=auto: smallest head (frequent "
+           "tokens kept at full width); lowered to leave room for the tails on small "
+           "vocabularies.")
+    define("list", "proj_dims", None, group, "Explicit tail widths, one per cutoff.")
+    for name, (field, owners) in model_flag_fields().items():
+        define_field(field, group, _model_flag_help(name, owners), None)
 
 
 def _model_config(fv, meta):
@@ -260,7 +191,7 @@ def _model_config(fv, meta):
         elif cutoffs:
             overrides["cutoffs"] = _int_list("cutoffs", cutoffs.split(","))
         chosen = overrides.get("cutoffs", tuple(family.presets[preset].get("cutoffs", ())))
-        if chosen and (chosen[-1] >= vocab or min(chosen) < 1):
+        if cutoffs_problem(chosen, vocab):
             source = "--cutoffs" if cutoffs else f"--preset={preset}"
             raise ConfigError(
                 f"--cutoffs={','.join(map(str, chosen))} (from {source}) do not fit the "

@@ -62,7 +62,11 @@ _WANT = {int: "an integer", float: "a finite number", bool: "true or false", str
 
 
 def type_error(config, field_):
-    """The problem with a field's value given its annotation, or None if it fits."""
+    """The problem with a field's value given its annotation, or None if it fits.
+
+    The text follows the field's name: " must be an integer, got 'x'" or
+    "='x': use one of ('a', 'b')".
+    """
     value = getattr(config, field_.name)
     if value is None and _allows_none(field_.type):
         return None
@@ -73,11 +77,11 @@ def type_error(config, field_):
     if kind not in checks:
         return None  # nested configs and free-form values check themselves
     if not checks[kind](value):
-        return f"must be {_WANT[kind]}{' or None' if _allows_none(field_.type) else ''}, " \
+        return f" must be {_WANT[kind]}{' or None' if _allows_none(field_.type) else ''}, " \
                f"got {value!r}"
     choices = field_.metadata.get("choices")
     if choices is not None and value not in choices:
-        return f"must be one of {', '.join(map(str, choices))}, got {value!r}"
+        return f"={value!r}: use one of {tuple(choices)!r}"
     return None
 
 
@@ -100,7 +104,7 @@ class ConfigBase:
         for f in dataclasses.fields(self):
             problem = type_error(self, f)
             if problem:
-                raise self.ERROR(f"{self.FLAG_PREFIX}{f.name} {problem}")
+                raise self.ERROR(f"{self.FLAG_PREFIX}{f.name}{problem}")
         self.validate()
 
     def validate(self):

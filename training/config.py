@@ -23,19 +23,19 @@ warm-ups are capped at a fraction of the horizon (`capped_warmup`):
 
 import dataclasses
 import json
-import math
 import os
 from typing import Any
 
 from model import families
+from model.config_base import ConfigBase, cutoffs_problem, field
 from training.optimizers import OPTIMIZERS as _OPTIMIZER_TABLE
 
 CONFIG_FILE = "config.json"
 STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 OPTIMIZERS = tuple(_OPTIMIZER_TABLE)
-# Kept equal to training.schedules.LR_SCHEDULES / TAU_SCHEDULES (a test checks
-# it) so that validating flags does not have to import TensorFlow.
+# The schedule names (training/schedules.py implements them and imports these,
+# so that validating flags does not have to import TensorFlow).
 LR_SCHEDULES = ("cosine", "linear", "constant", "inverse_sqrt")
 TAU_SCHEDULES = ("exponential", "linear")
 SPLITS = ("train", "valid", "test")
@@ -55,130 +55,141 @@ class ConfigError(ValueError):
     """A user-fixable problem with the flags, the data or the model directory."""
 
 
+def _field(default, group, help, choices=None, **metadata):  # noqa: A002
+    """A TrainConfig field: its flag's group, help text and choices live here."""
+    return field(default, help, choices, group=group, **metadata)
+
+
+# Given on the command line but taken from elsewhere when not given: the flag's
+# default is None (the data's seq_len and batch_size, the family's preset, the
+# model's mem_len, logs/<run>).
+_FROM_ELSEWHERE = {"flag_default": None}
+
+
 @dataclasses.dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(ConfigBase):
     """Everything a training run needs besides the data files.
 
-    Attributes:
-        data_dir: built dataset (meta.json, shards, tokenizer).
-        model_dir: checkpoints, config.json, training_log.log, metrics.json.
-        model: the model family's config (vocab_size taken from the data).
-        model_family: name of the model family (model/families.py).
-        preset: name of the model preset the model fields started from.
-        batch_size: global batch B (rows of the context-batched data).
-        batch_split: gradient accumulation: each replica runs its B/R rows as
-            this many micro-batches of B/(R*batch_split) consecutive rows (each
-            with its own rows of the model state) and the step applies one
-            update from the summed gradients, equal to the unsplit step's.
-            Must divide the per-replica batch B/R.
-        seq_len: segment length T of the built data.
-        eval_mem_len: memory length at evaluation (>= 0).
-        tau_start: Gumbel-softmax temperature at step 0.
-        tau_end: temperature from tau_anneal_steps on.
-        tau_schedule: "exponential" or "linear" annealing.
-        tau_anneal_steps: annealing length; 0 = the whole run.
-        arch_warmup_steps: steps before the architecture logits are updated;
-            a cap: at most 20% of the run's planned steps are used.
-        arch_learning_rate: Adam learning rate of the architecture logits
-            (1e-2 as in PAR and FBNet).
-        arch_weight_decay: L2 coefficient added to the architecture gradients
-            (5e-4; PyTorch Adam semantics, as PAR/FBNet/DARTS use).
-        arch_beta_1: Adam beta_1 of the architecture optimizer (0.5, the
-            DARTS setting for architecture parameters).
-        arch_beta_2: Adam beta_2 of the architecture optimizer (0.999).
-        search_cost_coef: weight of the expected-cost term of the
-            architecture loss (0 = off; training/plugins/par_search.py).
-        search_cost_target: penalise only the expected cost above this
-            fraction of Transformer-XL's FLOPs (0 = penalise all of it).
-        optimizer: weights optimizer, a key of training.optimizers.OPTIMIZERS
-            (adam, adamw, lamb, adagrad; each owns its weight-decay rule).
-        learning_rate: peak learning rate of the weights.
-        weight_decay: weight decay of the weights (0 = none); never applied to
-            biases and normalisation scales.
-        beta_1: Adam beta_1 of the weights optimizer.
-        beta_2: Adam beta_2 of the weights optimizer.
-        epsilon: Adam epsilon of both optimizers.
-        clip_norm: global-norm clipping of the weight gradients (0 = off).
-        lr_schedule: "cosine", "linear", "constant" or "inverse_sqrt" after
-            the warmup (training/schedules.py).
-        warmup_steps: linear warmup length; a cap: at most WARMUP_FRACTION
-            (10%) of the run's planned steps are used.
-        decay_steps: step at which min_lr is reached; 0 = the run's planned
-            steps (fixed at the first start).
-        min_lr: learning-rate floor.
-        epochs: passes over the training split (used when max_steps is 0).
-        max_steps: total steps; 0 = epochs * records of the training split.
-        eval_interval: evaluate on valid every this many steps (0 = at the end).
-        eval_max_records: cap on evaluated records per split (0 = all).
-        sample_tokens: tokens of generated text logged at evaluation (0 = none).
-        checkpoint_interval: save every this many steps (0 = only at the end).
-        keep_checkpoints: last checkpoints kept (the best is kept apart).
-        log_interval: steps between logged training lines and summaries.
-        logdir: TensorBoard directory of this run.
-        strategy: "default", "mirrored", "multi_worker" or "tpu".
-        num_cpu_replicas: with "mirrored" and no GPU, split the CPU into this
-            many logical devices (0 = off).
-        tpu: TPU address for "tpu" ("" = local).
-        precision: "float32", "mixed_bfloat16" or "mixed_float16".
-        xla: compile the step with XLA (jit_compile=True): on one device the whole
-            step, with several replicas the forward and backward pass; the
-            evaluation step too (model/xla.py: static-shape paths).
-        deterministic: enable TensorFlow op determinism (exact resume).
+    Every field is a train.py flag of the same name (but `model`, the model
+    family's config, whose fields are flags of their own); its help text,
+    group and choices live in the field's metadata, and train.py generates
+    the flags from them. Notes beyond the help texts:
+
+    - batch_split must divide the per-replica batch B/R: each replica runs its
+      rows as micro-batches of B/(R*batch_split) consecutive rows (each with
+      its own rows of the model state) and the step applies one update from
+      the summed gradients, equal to the unsplit step's.
+    - arch_warmup_steps and warmup_steps are caps: at most 20% (the search)
+      and WARMUP_FRACTION (10%) of the run's planned steps are used.
+    - weight_decay never touches biases and normalisation scales (each
+      optimizer owns its decay rule: training/optimizers.py).
     """
 
-    data_dir: str
-    model_dir: str
-    model: Any
-    model_family: str = families.DEFAULT_FAMILY
-    preset: str = "wt2_base"
-    batch_size: int = 32
-    batch_split: int = 1
-    seq_len: int = 32
-    eval_mem_len: int = 16
+    ERROR = ConfigError
+    FLAG_PREFIX = "--"
+
+    data_dir: str = _field(dataclasses.MISSING, "data",
+                           "Built dataset (meta.json) from build_data.py.", flag_default=None)
+    model_dir: str = _field(dataclasses.MISSING, "checkpoints",
+                            "Run directory (checkpoints, config.json, metrics.json); a run "
+                            "found there is resumed.", flag_default=None)
+    model: Any = _field(dataclasses.MISSING, "model", "The model family's config.", flag=False)
+    model_family: str = _field(
+        families.DEFAULT_FAMILY, "model", "Model family (model/families.py): " + "; ".join(
+            f"{f.name}: {f.description}" for f in families.FAMILIES.values()) + ".",
+        sorted(families.FAMILIES))
+    preset: str = _field(
+        "wt2_base", "model", "Model preset that the other model flags override (default: the "
+        "family's: " + ", ".join(f"{f.name} {f.default_preset}" for f in
+                                 families.FAMILIES.values()) + "). Presets: "
+        + "; ".join(f"{f.name}: {', '.join(f.presets)}" for f in families.FAMILIES.values())
+        + ".", **_FROM_ELSEWHERE)
+    batch_size: int = _field(32, "data", "Global batch B (default: the data's; must match).",
+                             **_FROM_ELSEWHERE)
+    batch_split: int = _field(
+        1, "performance", "Gradient accumulation: run each replica's rows as this many "
+        "micro-batches of whole rows and apply one update (equal to the unsplit step; less "
+        "activation memory). Must divide the per-replica batch.")
+    seq_len: int = _field(32, "data", "Segment length T (default: the data's; must match).",
+                          **_FROM_ELSEWHERE)
+    eval_mem_len: int = _field(16, "model", "Memory length at evaluation, >= 0 (default: "
+                               "--mem_len).", **_FROM_ELSEWHERE)
     # Architecture search.
-    tau_start: float = 1.0
-    tau_end: float = 0.1
-    tau_schedule: str = "exponential"
-    tau_anneal_steps: int = 0
-    arch_warmup_steps: int = 0
-    arch_learning_rate: float = 1e-2
-    arch_weight_decay: float = 5e-4
-    arch_beta_1: float = 0.5
-    arch_beta_2: float = 0.999
-    search_cost_coef: float = 0.0
-    search_cost_target: float = 0.0
+    tau_start: float = _field(1.0, "search", "Gumbel-softmax temperature at step 0.")
+    tau_end: float = _field(0.1, "search", "Temperature at the end of the annealing.")
+    tau_schedule: str = _field("exponential", "search", "Temperature annealing.", TAU_SCHEDULES)
+    tau_anneal_steps: int = _field(0, "search", "Annealing length in steps (0: the whole run "
+                                   "as planned at its first start).")
+    arch_warmup_steps: int = _field(0, "search", "Steps before the architecture logits train "
+                                    "(at most 20% of the run's planned steps are used).")
+    # 1e-2, weight decay 5e-4 (PyTorch Adam semantics) as PAR and FBNet use; beta_1 0.5
+    # as DARTS sets for architecture parameters.
+    arch_learning_rate: float = _field(1e-2, "search",
+                                       "Adam learning rate of the architecture logits.")
+    arch_weight_decay: float = _field(5e-4, "search",
+                                      "L2 weight decay of the architecture logits.")
+    arch_beta_1: float = _field(0.5, "search", "Adam beta_1 of the architecture optimizer.")
+    arch_beta_2: float = _field(0.999, "search", "Adam beta_2 of the architecture optimizer.")
+    search_cost_coef: float = _field(
+        0.0, "search", "Weight of the expected FLOPs of the network (sum over blocks of sum_k "
+        "p_k cost_k, relative to Transformer-XL) in the architecture loss: higher trades "
+        "perplexity for speed (0: off).")
+    search_cost_target: float = _field(
+        0.0, "search", "Penalise only the expected cost above this fraction of "
+        "Transformer-XL's FLOPs (0: penalise all of it).")
     # Optimisation of the weights.
-    optimizer: str = "adam"
-    learning_rate: float = 1e-3
-    weight_decay: float = 0.0
-    beta_1: float = 0.9
-    beta_2: float = 0.999
-    epsilon: float = 1e-8
-    clip_norm: float = 0.25
+    optimizer: str = _field(
+        "adam", "optimisation", "Weights optimizer (training/optimizers.py): " + " ".join(
+            f"{name}: {spec.help}" for name, spec in _OPTIMIZER_TABLE.items()),
+        tuple(_OPTIMIZER_TABLE))
+    learning_rate: float = _field(1e-3, "optimisation", "Peak learning rate of the weights.")
+    weight_decay: float = _field(0.0, "optimisation", "Weight decay of the weight matrices.")
+    beta_1: float = _field(0.9, "optimisation", "Adam beta_1 of the weights optimizer.")
+    beta_2: float = _field(0.999, "optimisation", "Adam beta_2 of the weights optimizer.")
+    epsilon: float = _field(1e-8, "optimisation", "Adam epsilon of both optimizers.")
+    clip_norm: float = _field(0.25, "optimisation",
+                              "Global-norm clipping of the weight gradients (0: off).")
     # Learning-rate schedule.
-    lr_schedule: str = "cosine"
-    warmup_steps: int = 0
-    decay_steps: int = 0
-    min_lr: float = 0.0
+    lr_schedule: str = _field(
+        "cosine", "schedule", "Learning rate after the linear warmup (inverse_sqrt: peak * "
+        "sqrt(warmup / step), Transformer-XL's).", LR_SCHEDULES)
+    warmup_steps: int = _field(0, "schedule", "Linear warmup steps (at most 10% of the run's "
+                               "planned steps are used).")
+    decay_steps: int = _field(0, "schedule", "Step at which --min_lr is reached (0: the end "
+                              "planned at the first start).")
+    min_lr: float = _field(0.0, "schedule", "Learning-rate floor.")
     # Run length.
-    epochs: int = 20
-    max_steps: int = 0
+    epochs: int = _field(20, "run length", "Passes over the training split (if --max_steps "
+                         "is 0).")
+    max_steps: int = _field(
+        0, "run length", "Total training steps (0: --epochs). A resumed run may change it "
+        "(and --epochs): it stops elsewhere, the schedules stay as planned at the first start.")
     # Evaluation.
-    eval_interval: int = 1000
-    eval_max_records: int = 0
-    sample_tokens: int = 50
+    eval_interval: int = _field(1000, "evaluation", "Evaluate on valid every this many steps "
+                                "(0: only at the end).")
+    eval_max_records: int = _field(0, "evaluation", "Evaluate at most this many records per "
+                                   "split (0: all; for quick looks).")
+    sample_tokens: int = _field(50, "evaluation",
+                                "Tokens of generated text logged per evaluation.")
     # Checkpoints and logging.
-    checkpoint_interval: int = 1000
-    keep_checkpoints: int = 3
-    log_interval: int = 100
-    logdir: str = ""
+    checkpoint_interval: int = _field(1000, "checkpoints",
+                                      "Save every this many steps (0: at the end).")
+    keep_checkpoints: int = _field(3, "checkpoints",
+                                   "Last checkpoints kept (the best is kept apart).")
+    log_interval: int = _field(100, "logging", "Steps between logged lines and summaries.")
+    logdir: str = _field("", "logging", "TensorBoard directory of this run (default: "
+                         "logs/<basename of --model_dir>).", **_FROM_ELSEWHERE)
     # Distribution and performance.
-    strategy: str = "default"
-    num_cpu_replicas: int = 0
-    tpu: str = ""
-    precision: str = "float32"
-    xla: bool = False
-    deterministic: bool = False
+    strategy: str = _field("default", "distribution",
+                           "tf.distribute strategy (multi_worker reads TF_CONFIG).", STRATEGIES)
+    num_cpu_replicas: int = _field(0, "distribution", "With --strategy=mirrored and no GPU: "
+                                   "this many logical CPU replicas.")
+    tpu: str = _field("", "distribution", "TPU name or address for --strategy=tpu.")
+    precision: str = _field("float32", "performance", "Keras dtype policy.", PRECISIONS)
+    xla: bool = _field(False, "performance", "Compile the training and evaluation steps with "
+                       "XLA (static-shape adaptive softmax, span and hard search; same numbers).")
+    deterministic: bool = _field(False, "performance",
+                                 "TensorFlow op determinism (exact resume).")
 
     def __post_init__(self):
         try:
@@ -190,31 +201,14 @@ class TrainConfig:
         if not isinstance(self.model, family.config_class):
             raise ConfigError(f"model must be a {family.config_class.__name__} for "
                               f"--model_family={family.name}, got {type(self.model).__name__}")
-        self._check_types()
-        self._check_values()
+        super().__post_init__()
 
-    def _check_types(self):
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if field.type is int:
-                ok = isinstance(value, int) and not isinstance(value, bool)
-                want = "an integer"
-            elif field.type is float:
-                ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-                ok = ok and math.isfinite(value)
-                want = "a finite number"
-            elif field.type is bool:
-                ok = isinstance(value, bool)
-                want = "true or false"
-            elif field.type is str:
-                ok = isinstance(value, str)
-                want = "a string"
-            else:
-                continue
-            if not ok:
-                raise ConfigError(f"--{field.name} must be {want}, got {value!r}")
+    @classmethod
+    def flag_fields(cls):
+        """The fields that are train.py flags, in definition order."""
+        return [f for f in dataclasses.fields(cls) if f.metadata.get("flag", True)]
 
-    def _check_values(self):
+    def validate(self):
         def require(condition, flag, message):
             if not condition:
                 raise ConfigError(f"--{flag}={getattr(self, flag)!r}: {message}")
@@ -232,7 +226,6 @@ class TrainConfig:
                 "must be >= 0 (0 evaluates without memory)")
         require(self.tau_start > 0, "tau_start", "must be > 0")
         require(self.tau_end > 0, "tau_end", "must be > 0")
-        require(self.tau_schedule in TAU_SCHEDULES, "tau_schedule", f"use one of {TAU_SCHEDULES}")
         for flag in ("tau_anneal_steps", "arch_warmup_steps", "warmup_steps", "decay_steps",
                      "max_steps", "eval_interval", "eval_max_records", "sample_tokens",
                      "checkpoint_interval", "num_cpu_replicas"):
@@ -246,43 +239,27 @@ class TrainConfig:
         for flag in ("arch_beta_1", "arch_beta_2", "beta_1", "beta_2"):
             require(0 <= getattr(self, flag) < 1, flag, "must be in [0, 1)")
         require(self.epsilon > 0, "epsilon", "must be > 0")
-        require(self.optimizer in OPTIMIZERS, "optimizer", f"use one of {OPTIMIZERS}")
-        require(self.lr_schedule in LR_SCHEDULES, "lr_schedule", f"use one of {LR_SCHEDULES}")
         require(self.min_lr <= self.learning_rate, "min_lr",
                 f"must not exceed --learning_rate={self.learning_rate}")
         require(self.epochs >= 1 or self.max_steps >= 1, "epochs",
                 "must be >= 1 unless --max_steps is given")
         require(self.keep_checkpoints >= 1, "keep_checkpoints", "must be >= 1")
         require(self.log_interval >= 1, "log_interval", "must be >= 1")
-        require(self.strategy in STRATEGIES, "strategy", f"use one of {STRATEGIES}")
         require(self.num_cpu_replicas == 0 or self.strategy == "mirrored", "num_cpu_replicas",
                 "only applies to --strategy=mirrored")
-        require(self.precision in PRECISIONS, "precision", f"use one of {PRECISIONS}")
         if self.decay_steps:
             require(self.decay_steps >= self.warmup_steps, "decay_steps",
                     f"must be >= --warmup_steps={self.warmup_steps} (or 0 for the whole run)")
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly dict; the model config is nested under "model"."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        out["model"] = self.model.to_dict()
-        return out
-
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "TrainConfig":
-        """Inverse of `to_dict`; unknown keys raise a ConfigError listing them."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ConfigError(f"unknown TrainConfig field(s) {unknown}; valid: {sorted(known)}")
+        """Inverse of `to_dict` (the model config nested under "model"); unknown keys
+        raise a ConfigError listing them."""
+        cls.check_known(values)
         values = dict(values)
         family = families.get_family(values.get("model_family", families.DEFAULT_FAMILY))
         values["model"] = family.config_from_dict(values["model"])
         return cls(**values)
-
-    def replace(self, **changes) -> "TrainConfig":
-        """A copy with some fields changed (validated again)."""
-        return dataclasses.replace(self, **changes)
 
     def save(self, model_dir=None):
         """Writes config.json (atomically) into model_dir (default: self.model_dir)."""
@@ -368,7 +345,7 @@ def check_data(config, meta):
             f"{meta['batch_size']}: drop --batch_size or rebuild the data with that batch size")
     vocab = meta["vocab_size"]
     cutoffs = getattr(config.model, "cutoffs", ())
-    if cutoffs and (cutoffs[-1] >= vocab or cutoffs[0] < 1):
+    if cutoffs_problem(cutoffs, vocab):
         raise ConfigError(
             f"--cutoffs={','.join(map(str, cutoffs))} do not fit the data's vocab_size={vocab} "
             "(each cutoff must be in [1, vocab_size)): use --cutoffs=auto or --cutoffs=none")

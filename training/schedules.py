@@ -19,8 +19,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-LR_SCHEDULES = ("cosine", "linear", "constant", "inverse_sqrt")
-TAU_SCHEDULES = ("exponential", "linear")
+from training.config import LR_SCHEDULES, TAU_SCHEDULES  # the names live with the flags
 
 
 def _check_lr_args(peak_lr, warmup_steps, decay_steps, min_lr):
@@ -160,6 +159,7 @@ _SCHEDULE_CLASSES = {
     "constant": WarmupConstantSchedule,
     "inverse_sqrt": WarmupInverseSqrtSchedule,
 }
+assert tuple(_SCHEDULE_CLASSES) == LR_SCHEDULES, "a schedule name without a class, or the reverse"
 
 
 def make_lr_schedule(kind, peak_lr, warmup_steps, decay_steps, min_lr=0.0):

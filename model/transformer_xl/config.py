@@ -2,7 +2,7 @@
 
 `ModelConfig` is the one object that describes a model: the trainer builds it
 from flags, writes it to `config.json` and hands it to
-`model.transformer_xl.presets.build_model`, the only place that unpacks it into layer
+`model.transformer_xl.build`, the only place that unpacks it into layer
 arguments. Every field is checked in `__post_init__`, and a bad value raises a
 `ValueError` that names the field and says how to fix it.
 

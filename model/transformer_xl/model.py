@@ -67,7 +67,7 @@ class TransformerXLLM(keras.Model):
 
     The constructor takes the fields of `ModelConfig` as explicit arguments
     (and validates them with it), so `get_config` / `from_config` round-trip;
-    `model.transformer_xl.presets.build_model(config)` is the usual way to make one.
+    `model.families.build_model(config)` is the usual way to make one.
 
     Training code should add `span_losses` (computed from the span variables)
     to the loss and not also `model.losses`, which holds the same terms when

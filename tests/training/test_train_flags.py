@@ -58,7 +58,7 @@ def test_model_and_training_flags_override(parse):
                               "--learning_rate=0.01", "--tau_schedule=linear", "--overwrite",
                               "--lr_schedule=linear", "--precision=mixed_bfloat16")
     model = config.model
-    assert (model.d_model, model.num_heads, model.num_blocks, model.layers.dropout) == (64, 4, 6, 0.2)
+    assert (model.d_model, model.num_heads, model.num_blocks, model.dropout) == (64, 4, 6, 0.2)
     assert model.pre_norm and model.cutoffs == (10, 100) and model.proj_dims == (8, 4)
     assert (model.attention, model.search_mode, model.seed) == ("adaptive_span", "hard", 7)
     assert (config.eval_mem_len, config.learning_rate, config.tau_schedule) == (0, 0.01, "linear")
