@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The default PAR supernet search on WikiText-2 (README, issue 4 item 9).
+# The default PAR supernet search on WikiText-2 (README, quick start).
 #
 #   ./create_tfrecords.sh && ./base_model.sh [train.py flags...]
 #

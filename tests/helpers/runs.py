@@ -63,8 +63,9 @@ def make_run(model_dir, data_dir, architecture="supernet", derived="afai"):
     Returns:
         (TrainConfig, best model variables as numpy, latest model variables).
     """
-    import data_utils
     import tensorflow as tf
+
+    import data_utils
     from model.transformer_xl.presets import preset_config
     from training.checkpoint import _VariableList
     from training.config import TrainConfig

@@ -40,8 +40,9 @@ def family_config(data_dir, model_dir, family, *extra):
 
 
 def make_trainer(config, copy_from=None, record_rows=None):
-    import data_utils
     import tensorflow as tf
+
+    import data_utils
     from training.trainer import Trainer
 
     trainer = Trainer(config, data_utils.load_meta(config.data_dir), tf.distribute.get_strategy())

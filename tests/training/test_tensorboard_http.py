@@ -1,4 +1,4 @@
-"""TensorBoard serves the tags TrainSummaries writes (issue 6, item 5).
+"""TensorBoard serves the tags TrainSummaries writes.
 
 Writes a tiny run's logs, starts `tensorboard` on 127.0.0.1 as a subprocess
 and checks through its HTTP API (the one the browser front end uses) that the

@@ -1,13 +1,11 @@
 """Tests for model/layers/feed_forward.py against a NumPy reference."""
 
-import json
-
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from model.layers.feed_forward import PositionwiseFeedForward
+from tests.helpers.layers import run_layer_test
 
 D, F = 6, 10
 
@@ -57,22 +55,10 @@ def test_dropout_only_when_training():
     assert np.abs(layer(x, training=True).numpy() - layer(x).numpy()).max() > 1e-3
 
 
-def test_config_json_round_trip_and_save_load(tmp_path):
-    layer = make_layer(pre_norm=True, dropout=0.1, activation="gelu", name="ffn")
-    config = json.loads(json.dumps(layer.get_config()))
-    clone = PositionwiseFeedForward.from_config(config)
-    assert clone.get_config() == layer.get_config()
-    x = inputs()
-    clone(x)
-    clone.set_weights(layer.get_weights())
-    np.testing.assert_allclose(clone(x).numpy(), layer(x).numpy(), rtol=1e-6, atol=1e-6)
-
-    x_in = keras.Input((3, D))
-    model = keras.Model(x_in, layer(x_in))
-    assert tuple(model.output.shape) == (None, 3, D)
-    model.save(tmp_path / "ffn.keras")
-    loaded = keras.models.load_model(tmp_path / "ffn.keras")
-    np.testing.assert_allclose(loaded(x).numpy(), layer(x).numpy(), rtol=1e-6, atol=1e-6)
+def test_generic_layer_checks(tmp_path):
+    """Config JSON round trip, symbolic call and .keras reload, mixed precision, gradients."""
+    run_layer_test(lambda dtype: make_layer(pre_norm=True, dropout=0.1, activation="gelu",
+                                            name="ffn", dtype=dtype), inputs(), tmp_path=tmp_path)
 
 
 def test_fit_step_updates_every_weight():
@@ -84,18 +70,6 @@ def test_fit_step_updates_every_weight():
     model.fit(inputs(), np.ones((2, 3, D), "float32"), epochs=1, batch_size=2, verbose=0)
     for weight, old in zip(layer.trainable_weights, before):
         assert np.abs(weight.numpy() - old).max() > 0, weight.path
-
-
-def test_mixed_bfloat16_and_finite_gradients():
-    layer = PositionwiseFeedForward(D, F, dtype="mixed_bfloat16")
-    x = tf.constant(inputs())
-    with tf.GradientTape() as tape:
-        tape.watch(x)
-        out = layer(x)
-        loss = tf.reduce_sum(tf.cast(out, tf.float32) ** 2)
-    assert out.dtype == tf.bfloat16
-    for grad in tape.gradient(loss, [x] + layer.trainable_weights):
-        assert np.all(np.isfinite(grad.numpy()))
 
 
 @pytest.mark.parametrize(

@@ -1,15 +1,18 @@
 """Tests for model/layers/relative_attention.py against slow explicit-loop references."""
 
-import json
-import math
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from model.layers.relative_attention import RelativeMultiHeadAttention, causal_mask, rel_shift, relative_positional_encoding
-
+from model.layers.relative_attention import (
+    RelativeMultiHeadAttention,
+    causal_mask,
+    rel_shift,
+    relative_positional_encoding,
+)
+from tests.helpers.layers import check_config_round_trip, check_keras_reload
 from tests.helpers.reference import randomize_weights, sinusoid, slow_attention
 
 D, N, H = 8, 2, 3  # d_head != d_model / num_heads on purpose
@@ -171,13 +174,7 @@ def test_config_json_round_trip(untie_rel_bias):
     layer = make_layer(clamp_len=3, pre_norm=True, dropout=0.1, untie_rel_bias=untie_rel_bias,
                        same_length=not untie_rel_bias, name="attn")
     bias = {} if untie_rel_bias else {"rel_bias": shared_bias()}
-    config = json.loads(json.dumps(layer.get_config()))
-    clone = RelativeMultiHeadAttention.from_config(config)
-    assert clone.get_config() == layer.get_config()
-    x, mem = random_inputs()
-    clone(x, mem, **bias)
-    clone.set_weights(layer.get_weights())
-    np.testing.assert_allclose(clone(x, mem, **bias).numpy(), layer(x, mem, **bias).numpy(), rtol=1e-6, atol=1e-6)
+    check_config_round_trip(layer, random_inputs(), bias)
 
 
 def test_shared_rel_bias_is_taken_from_the_call():
@@ -216,10 +213,7 @@ def test_symbolic_call_and_keras_save_load(tmp_path):
     x, mem = random_inputs()
     expected = layer(x, mem).numpy()
     np.testing.assert_allclose(model([x, mem]).numpy(), expected, rtol=1e-6, atol=1e-6)
-    path = tmp_path / "attention.keras"
-    model.save(path)
-    loaded = keras.models.load_model(path)
-    np.testing.assert_allclose(loaded([x, mem]).numpy(), expected, rtol=1e-6, atol=1e-6)
+    check_keras_reload(layer, [x, mem], tmp_path)
 
 
 def test_fit_step_updates_every_weight():
