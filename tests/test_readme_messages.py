@@ -1,9 +1,9 @@
-"""README's troubleshooting table quotes the messages as the code prints them.
+"""docs/troubleshooting.md quotes the messages as the code prints them.
 
 Each quoted message is cut at its placeholders (`D`, `F`, `N`, `DIR`, `...`)
 and every remaining piece of text must appear literally in one string of the
 project's code (f-string constant parts included), so a reworded message
-fails here until the README follows.
+fails here until the page follows.
 """
 
 import ast
@@ -19,8 +19,7 @@ MIN_PIECE = 12
 
 
 def _quoted_messages():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    table = readme.split("## Troubleshooting", 1)[1].split("\n## ", 1)[0]
+    table = (ROOT / "docs" / "troubleshooting.md").read_text(encoding="utf-8")
     messages = []
     for line in table.splitlines():
         if not line.startswith("| `"):

@@ -110,13 +110,13 @@ def test_build_data_reports_a_corrupted_build(built, project_root, tmp_path):
         assert shard.read_bytes() == damaged
     finally:
         shard.write_bytes(good)
-    # The README's troubleshooting table quotes both messages as printed.
-    readme = (project_root / "README.md").read_text(encoding="utf-8")
+    # The troubleshooting page quotes both messages as printed.
+    page = (project_root / "docs" / "troubleshooting.md").read_text(encoding="utf-8")
     message = result.stderr.strip().splitlines()[-1].replace(str(shard), "F").replace(
         str(built[0]), "D").replace("create_tfrecords.sh text", "create_tfrecords.sh DATASET")
-    assert f"| `{message}` |" in readme
+    assert f"| `{message}` |" in page
     in_train = "error: --data_dir=D: " + message.split(" damaged: ", 1)[1]
-    assert f"| `{in_train}` |" in readme
+    assert f"| `{in_train}` |" in page
 
 
 @pytest.mark.slow

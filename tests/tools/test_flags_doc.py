@@ -1,4 +1,4 @@
-"""The README's flag tables are generated from the scripts and cannot drift."""
+"""docs/flags.md is generated from the scripts' flag definitions and cannot drift."""
 
 import re
 import subprocess
@@ -12,13 +12,13 @@ from tools import flags_doc
 
 @pytest.fixture(scope="module")
 def block():
-    return flags_doc.render_block()
+    return flags_doc.render_page()
 
 
 def _section(text, script):
-    """The part of the block documenting one script."""
-    start = text.index(f"\n### {script}\n")
-    end = text.find("\n### ", start + 1)
+    """The part of the page documenting one script."""
+    start = text.index(f"\n## {script}\n")
+    end = text.find("\n## ", start + 1)
     return text[start:end if end >= 0 else len(text)]
 
 
@@ -30,13 +30,12 @@ def _helpshort_flags(project_root, script):
     return set(re.findall(r"^\s+--(?:\[no\])?(\w+):", out, flags=re.M))
 
 
-def test_readme_block_is_up_to_date(project_root, block):
-    readme = (project_root / "README.md").read_text(encoding="utf-8")
-    span = flags_doc.find_block(readme)
-    assert span is not None, "README.md has no flags block: run python tools/flags_doc.py --write"
-    assert readme[span[0]:span[1]] == block, (
-        "README.md's flags block is stale: run python tools/flags_doc.py --write")
-    assert readme[:span[0]].rstrip().endswith(flags_doc.HEADING)
+def test_flags_page_is_up_to_date(project_root, block):
+    page = project_root / "docs" / "flags.md"
+    assert page == flags_doc.PAGE
+    assert page.read_text(encoding="utf-8") == block, (
+        "docs/flags.md is stale: run python -m tools.flags_doc --write")
+    assert block.startswith(flags_doc.TITLE + "\n")
 
 
 @pytest.mark.parametrize("script", sorted(flags_doc.SCRIPTS))
@@ -51,7 +50,7 @@ def test_defaults_and_help_come_from_the_definitions(block):
     train = _section(block, "train.py")
     # The [group] prefix becomes the table heading, absl's "<a|b>: " enum prefix
     # becomes a list of choices.
-    assert "#### train.py: distribution" in train
+    assert "### train.py: distribution" in train
     assert "[distribution]" not in train and "<default|" not in train
     assert ("| `--strategy` | enum | `default` | tf.distribute strategy (multi_worker reads "
             "TF_CONFIG). One of `default`, `mirrored`, `multi_worker`, `tpu`. |") in train
@@ -109,7 +108,7 @@ def test_render_groups_in_mapping_order_and_escapes_cells():
     fv = _fake_flags()
     groups = (("sampling", ("num_tokens",)), ("run", ("format", "model_dir")))
     text = flags_doc.render_script("fake.py", _as_list(fv), "Fake script.\n\nMore.", groups)
-    assert text.index("#### fake.py: sampling") < text.index("#### fake.py: run")
+    assert text.index("### fake.py: sampling") < text.index("### fake.py: run")
     # Definition order inside a group, whatever the mapping order.
     assert text.index("`--model_dir`") < text.index("`--format`")
     assert "Which \\| one. One of `a`, `b`." in text
@@ -124,33 +123,28 @@ def test_loading_leaves_the_global_flags_alone():
 
 
 def test_write_and_check(tmp_path, block):
-    readme = tmp_path / "README.md"
-    readme.write_text("# Title\n\nIntro.\n", encoding="utf-8")
-    assert flags_doc.main(["--check", "--readme", str(readme)]) == 1
-    assert flags_doc.main(["--write", "--readme", str(readme)]) == 0
-    text = readme.read_text(encoding="utf-8")
-    assert text == f"# Title\n\nIntro.\n\n{flags_doc.HEADING}\n\n{block}\n"
-    assert flags_doc.main(["--check", "--readme", str(readme)]) == 0
-    # A stale block is replaced in place; text around it is kept.
-    stale = text.replace("| `--num_tokens` |", "| `--num_tokenz` |") + "\n## After\n"
-    readme.write_text(stale, encoding="utf-8")
-    assert flags_doc.main(["--check", "--readme", str(readme)]) == 1
-    assert flags_doc.main(["--write", "--readme", str(readme)]) == 0
-    assert readme.read_text(encoding="utf-8") == text + "\n## After\n"
+    page = tmp_path / "flags.md"
+    assert flags_doc.main(["--check", "--page", str(page)]) == 1  # missing
+    assert flags_doc.main(["--write", "--page", str(page)]) == 0
+    assert page.read_text(encoding="utf-8") == block
+    assert flags_doc.main(["--check", "--page", str(page)]) == 0
+    # A stale page is rewritten whole.
+    page.write_text(block.replace("| `--num_tokens` |", "| `--num_tokenz` |") + "\nextra\n",
+                    encoding="utf-8")
+    assert flags_doc.main(["--check", "--page", str(page)]) == 1
+    assert flags_doc.main(["--write", "--page", str(page)]) == 0
+    assert page.read_text(encoding="utf-8") == block
 
 
 def test_check_prints_a_diff(tmp_path, capsys):
-    readme = tmp_path / "README.md"
-    readme.write_text(f"x\n\n{flags_doc.HEADING}\n\n{flags_doc.BEGIN}\nold\n{flags_doc.END}\n",
-                      encoding="utf-8")
-    assert flags_doc.main(["--check", "--readme", str(readme)]) == 1
+    page = tmp_path / "flags.md"
+    page.write_text(f"{flags_doc.TITLE}\n\nold\n", encoding="utf-8")
+    assert flags_doc.main(["--check", "--page", str(page)]) == 1
     err = capsys.readouterr().err
     assert "-old" in err and "+| `--dataset` |" in err and "--write" in err
 
 
-def test_broken_markers_are_an_error(tmp_path, capsys):
-    readme = tmp_path / "README.md"
-    readme.write_text(f"{flags_doc.BEGIN}\n{flags_doc.BEGIN}\n{flags_doc.END}\n",
-                      encoding="utf-8")
-    assert flags_doc.main(["--write", "--readme", str(readme)]) == 1
-    assert "exactly one" in capsys.readouterr().err
+def test_runs_as_a_module_from_the_project_root(project_root):
+    result = subprocess.run([sys.executable, "-m", "tools.flags_doc", "--check"],
+                            cwd=project_root, capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]

@@ -1,0 +1,41 @@
+"""README.md is a short guide; the rest lives in docs/ and bench/README.md."""
+
+import pathlib
+import re
+
+from tests.helpers.docs import doc_pages
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+TEST_COMMAND = "python -m pip install -r requirements-dev.txt && python -m pytest -q"
+MAX_LINES = 300
+
+
+def test_readme_is_a_short_guide():
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= MAX_LINES, f"README.md has {len(lines)} lines (at most {MAX_LINES})"
+
+
+def test_readme_holds_the_test_command_ci_runs():
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert TEST_COMMAND in lines
+
+
+def test_one_python_spelling_no_issue_numbers_no_paths_outside():
+    """Commands say `python` (inside the virtual environment), text names things
+    rather than tracker numbers, and nothing points outside the repository."""
+    problems = []
+    for page in doc_pages():
+        text = page.read_text(encoding="utf-8")
+        name = page.relative_to(ROOT)
+        for number, line in enumerate(text.splitlines(), 1):
+            if re.search(r"\bpython3\b", line):
+                problems.append(f"{name}:{number}: python3 (write python)")
+            if re.search(r"\bissues?\s+#?\d+", line, flags=re.IGNORECASE):
+                problems.append(f"{name}:{number}: an issue number")
+            if "../shared" in line or "/work/" in line:
+                problems.append(f"{name}:{number}: a path outside the repository")
+            if re.search(r"python bench/\w+\.py|python tools/\w+\.py", line):
+                problems.append(f"{name}:{number}: run bench/ and tools/ scripts as modules "
+                                "(python -m bench.x, python -m tools.x)")
+    assert not problems, "\n".join(problems)
