@@ -33,9 +33,9 @@ def _helpshort_flags(project_root, script):
 def test_readme_block_is_up_to_date(project_root, block):
     readme = (project_root / "README.md").read_text(encoding="utf-8")
     span = flags_doc.find_block(readme)
-    assert span is not None, "README.md has no flags block: run python tools/flags_doc.py --write"
+    assert span is not None, "README.md has no flags block: run python -m tools.flags_doc --write"
     assert readme[span[0]:span[1]] == block, (
-        "README.md's flags block is stale: run python tools/flags_doc.py --write")
+        "README.md's flags block is stale: run python -m tools.flags_doc --write")
     assert readme[:span[0]].rstrip().endswith(flags_doc.HEADING)
 
 

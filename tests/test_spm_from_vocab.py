@@ -7,11 +7,11 @@ import sys
 import pytest
 import sentencepiece as spm
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
+from sentencepiece import sentencepiece_model_pb2 as model_pb2
 
-import spm_from_vocab  # noqa: E402
-from sentencepiece import sentencepiece_model_pb2 as model_pb2  # noqa: E402
+from tools import spm_from_vocab
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 SPECIALS = ["--unk_piece=[UNK]", "--bos_piece=[BOS]", "--eos_piece=[EOS]",
             "--pad_piece=[PAD]"]
@@ -99,10 +99,10 @@ def test_errors_are_one_line_and_write_nothing(trained, tmp_path, capsys):
 
 def test_cli(trained, tmp_path):
     out = tmp_path / "cli.model"
-    done = subprocess.run([sys.executable, str(ROOT / "tools" / "spm_from_vocab.py"),
+    done = subprocess.run([sys.executable, "-m", "tools.spm_from_vocab",
                            str(trained / "m.vocab"), f"--out={out}", "--normalization=nfkc_cf",
                            "--user_symbols=@-@", *SPECIALS],
-                          capture_output=True, text=True, check=False)
+                          cwd=ROOT, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert "800 pieces, nfkc_cf normalization, unk id 3, eos id 2" in done.stdout
 

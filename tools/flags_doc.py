@@ -1,8 +1,8 @@
 r"""Generates the README's "Flags" section from the entry scripts' flag definitions.
 
-    python tools/flags_doc.py            # print the generated block
-    python tools/flags_doc.py --write    # replace the block in README.md
-    python tools/flags_doc.py --check    # exit 1 with a diff if README.md is stale
+    python -m tools.flags_doc            # print the generated block (from the project root)
+    python -m tools.flags_doc --write    # replace the block in README.md
+    python -m tools.flags_doc --check    # exit 1 with a diff if README.md is stale
 
 Each entry script is executed as a module (never as `__main__`, so nothing
 runs) with `from absl import flags` temporarily bound to a copy of absl's
@@ -162,8 +162,6 @@ def load_flags(script, definer="auto"):
     if definer == "auto":
         definer = SCRIPTS[script]
     path = ROOT / script
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
     fv = flags.FlagValues()
     global_before = set(flags.FLAGS)
     module_name = "_flags_doc_" + path.stem
@@ -405,7 +403,7 @@ def main(argv=None):
                                         f"{path} (flags block)", "generated")
             sys.stderr.writelines(diff)
             print(f"\n{path}: the flags block is stale" + ("" if span else " (missing)")
-                  + ": run python tools/flags_doc.py --write", file=sys.stderr)
+                  + ": run python -m tools.flags_doc --write", file=sys.stderr)
             return 1
         if new != text:
             tmp = path.with_name(path.name + ".flags_doc.tmp")
