@@ -30,7 +30,7 @@ picks the cutoffs, --logit_cost only scores them, so cutoffs chosen with s = 0
 and s = 60 can be compared under one prediction.
 
 Usage (from the repository root):
-    python bench/bench_adaptive_softmax.py [--vocab_sizes=33278,12000]
+    python -m bench.bench_adaptive_softmax [--vocab_sizes=33278,12000]
         [--d_models=128,256] [--tokens=4096] [--num_tails=3]
         [--cutoffs=2000,10000] [--solver_logit_cost=60] [--repeats=10]
         [--dtype_policy=float32]
@@ -38,7 +38,6 @@ Usage (from the repository root):
 
 import collections
 import os
-import pathlib
 import statistics
 import sys
 import time
@@ -49,8 +48,9 @@ from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 import numpy as np  # noqa: E402
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench import common  # noqa: E402
+
+ROOT = common.ROOT
 
 WIKITEXT2_TYPES = 33_278
 
@@ -199,7 +199,7 @@ def main(argv):
     keras.mixed_precision.set_global_policy(FLAGS.dtype_policy)
     file_counts = read_counts(FLAGS.counts_file) if FLAGS.counts_file else None
     rng = np.random.default_rng(FLAGS.seed)
-    print("command: python " + " ".join(sys.argv))
+    print("command: " + common.command_line("bench.bench_adaptive_softmax", sys.argv[1:]))
     print(f"tf {tf.__version__}, keras {keras.__version__}, policy {FLAGS.dtype_policy}, "
           f"{FLAGS.tokens} tokens/step, warm-up {FLAGS.warmup}, median of {FLAGS.repeats}")
     if FLAGS.cutoffs:

@@ -10,14 +10,12 @@ is the cost model's, 1 / relative cost, under that row's logit cost s; the
 measured speed-up of the layer itself is another benchmark's job.
 
 Usage (from the repository root):
-    python bench/bench_optimal_cuts.py [--repeats=5] [--quadratic]
+    python -m bench.bench_optimal_cuts [--repeats=5] [--quadratic]
 """
 
 import collections
 import os
-import pathlib
 import statistics
-import sys
 import time
 
 from absl import app
@@ -25,10 +23,10 @@ from absl import flags
 from absl import logging
 import numpy as np
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench import common
+import optimal_cuts
 
-import optimal_cuts  # pylint: disable=wrong-import-position
+ROOT = common.ROOT
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("data_dir", str(ROOT.parent / "shared" / "data" / "wikitext-2"),
@@ -90,7 +88,7 @@ def main(argv):
                      seconds, "1 run, plain DP"))
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"command: python bench/bench_optimal_cuts.py --repeats="
+    print(f"command: python -m bench.bench_optimal_cuts --repeats="
           f"{FLAGS.repeats}{'' if FLAGS.quadratic else ' --noquadratic'}")
     print(f"machine: {os.cpu_count()} CPUs, load average {load:.2f}, "
           f"numpy {np.__version__}\n")
