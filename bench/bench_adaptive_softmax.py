@@ -30,62 +30,66 @@ picks the cutoffs, --logit_cost only scores them, so cutoffs chosen with s = 0
 and s = 60 can be compared under one prediction.
 
 Usage (from the repository root):
-    python bench/bench_adaptive_softmax.py [--vocab_sizes=33278,12000]
+    python -m bench.bench_adaptive_softmax [--vocab_sizes=33278,12000]
         [--d_models=128,256] [--tokens=4096] [--num_tails=3]
         [--cutoffs=2000,10000] [--solver_logit_cost=60] [--repeats=10]
         [--dtype_policy=float32]
 """
 
-import collections
+import argparse
 import os
-import pathlib
 import statistics
-import sys
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app  # noqa: E402
-from absl import flags  # noqa: E402
 import numpy as np  # noqa: E402
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench import common  # noqa: E402
 
 WIKITEXT2_TYPES = 33_278
 
-FLAGS = flags.FLAGS
-flags.DEFINE_list("vocab_sizes", ["33278", "12000"], "Vocabulary sizes V.")
-flags.DEFINE_list("d_models", ["128", "256"], "Hidden widths D.")
-flags.DEFINE_integer("tokens", 4096, "Tokens per step (B*T).")
-flags.DEFINE_integer("num_tails", 3, "Tail clusters K for the optimal cutoffs.")
-flags.DEFINE_float("proj_factor", 4.0, "Tail i has width D // proj_factor**i.")
-flags.DEFINE_list("cutoffs", [], "Explicit cutoffs (V excluded) for every V; "
-                  "default: optimal_cuts.optimal_cutoffs, else a fixed default.")
-flags.DEFINE_string("data_dir", str(ROOT.parent / "shared" / "data" / "wikitext-2"),
-                    "Directory holding wiki.train.tokens (for V = 33278).")
-flags.DEFINE_string("counts_file", None, "Counts (one per line, or `token count`) "
-                    "used instead of Zipf for the V equal to their number.")
-flags.DEFINE_float("zipf_exponent", 1.0, "Exponent of the synthetic Zipf law.")
-flags.DEFINE_integer("warmup", 3, "Untimed steps of each kind after tracing.")
-flags.DEFINE_integer("repeats", 10, "Timed steps of each kind (median shown).")
-flags.DEFINE_string("dtype_policy", "float32", "Keras dtype policy, e.g. mixed_bfloat16.")
-flags.DEFINE_float("logit_cost", 60.0, "Per-logit cost s (multiply-add units) "
-                   "of the second predicted column; 0 is the DESIGN.md model.")
-flags.DEFINE_float("solver_logit_cost", 60.0, "Per-logit cost s passed to "
-                   "optimal_cuts.optimal_cutoffs when --cutoffs is not given; "
-                   "0 is the DESIGN.md multiply-add model.", lower_bound=0.0)
-flags.DEFINE_integer("seed", 0, "Seed of the hidden states and targets.")
 
-
-def wikitext2_counts(data_dir):
-    """Descending word counts of wiki.train.tokens (+ one <eos> per line)."""
-    counter = collections.Counter()
-    with open(os.path.join(data_dir, "wiki.train.tokens"), encoding="utf-8") as stream:
-        for line in stream:
-            counter.update(line.split())
-            counter["<eos>"] += 1
-    return np.sort(np.array(list(counter.values()), dtype=np.int64))[::-1]
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--vocab_sizes", type=common.int_list, default=[33278, 12000],
+                        help="Vocabulary sizes V (comma-separated).")
+    parser.add_argument("--d_models", type=common.int_list, default=[128, 256],
+                        help="Hidden widths D (comma-separated).")
+    parser.add_argument("--tokens", type=int, default=4096, help="Tokens per step (B*T).")
+    parser.add_argument("--num_tails", type=int, default=3,
+                        help="Tail clusters K for the optimal cutoffs.")
+    parser.add_argument("--proj_factor", type=float, default=4.0,
+                        help="Tail i has width D // proj_factor**i.")
+    parser.add_argument("--cutoffs", type=common.int_list, default=[],
+                        help="Explicit cutoffs (V excluded) for every V; default: "
+                        "optimal_cuts.optimal_cutoffs, else a fixed default.")
+    parser.add_argument("--data_dir",
+                        default=str(common.WIKITEXT2_DIR),
+                        help="Directory holding wiki.train.tokens (for V = 33278); the copy "
+                        "in datasets/ when it has none.")
+    parser.add_argument("--counts_file", default=None,
+                        help="Counts (one per line, or `token count`) used instead of Zipf "
+                        "for the V equal to their number.")
+    parser.add_argument("--zipf_exponent", type=float, default=1.0,
+                        help="Exponent of the synthetic Zipf law.")
+    parser.add_argument("--warmup", type=int, default=3,
+                        help="Untimed steps of each kind after tracing.")
+    parser.add_argument("--repeats", type=int, default=10,
+                        help="Timed steps of each kind (median shown).")
+    parser.add_argument("--dtype_policy", default="float32",
+                        help="Keras dtype policy, e.g. mixed_bfloat16.")
+    parser.add_argument("--logit_cost", type=float, default=60.0,
+                        help="Per-logit cost s (multiply-add units) of the second predicted "
+                        "column; 0 is the DESIGN.md model.")
+    parser.add_argument("--solver_logit_cost", type=float, default=60.0,
+                        help="Per-logit cost s passed to optimal_cuts.optimal_cutoffs when "
+                        "--cutoffs is not given; 0 is the DESIGN.md multiply-add model.")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="Seed of the hidden states and targets.")
+    args = parser.parse_args(argv)
+    if args.solver_logit_cost < 0:
+        parser.error(f"--solver_logit_cost={args.solver_logit_cost:g} must be >= 0")
+    return args
 
 
 def read_counts(path):
@@ -99,23 +103,24 @@ def zipf_counts(size, exponent):
     return 1e9 / np.arange(1, size + 1) ** exponent
 
 
-def counts_for(vocab_size, file_counts):
+def counts_for(vocab_size, file_counts, args):
     if file_counts is not None and len(file_counts) == vocab_size:
         return file_counts, "counts file"
     if vocab_size == WIKITEXT2_TYPES:
-        counts = wikitext2_counts(FLAGS.data_dir)
+        counts = np.sort(common.wikitext2_train_counts(args.data_dir))[::-1]
         if len(counts) == vocab_size:
             return counts, "WikiText-2 train ranking"
-    return zipf_counts(vocab_size, FLAGS.zipf_exponent), f"Zipf s={FLAGS.zipf_exponent}"
+    return zipf_counts(vocab_size, args.zipf_exponent), f"Zipf s={args.zipf_exponent}"
 
 
-def choose_cutoffs(counts, d_model):
+def choose_cutoffs(counts, d_model, args):
     """(cutoffs, source): --cutoffs, optimal_cuts if importable, or a default."""
     vocab_size = len(counts)
-    if FLAGS.cutoffs:
-        cutoffs = tuple(int(c) for c in FLAGS.cutoffs)
+    if args.cutoffs:
+        cutoffs = tuple(args.cutoffs)
         if cutoffs[-1] >= vocab_size:
-            raise app.UsageError(f"--cutoffs={FLAGS.cutoffs} must be below V={vocab_size}")
+            raise SystemExit(f"error: --cutoffs={','.join(map(str, cutoffs))} must be below "
+                             f"V={vocab_size}")
         return cutoffs, "given"
     try:
         import optimal_cuts  # pylint: disable=import-outside-toplevel
@@ -124,11 +129,11 @@ def choose_cutoffs(counts, d_model):
         cutoffs = tuple(c for c in (vocab_size // 16, vocab_size // 4) if c >= 1)
         return cutoffs, "fixed default (optimal_cuts not importable)"
     result = optimal_cuts.optimal_cutoffs(
-        counts, FLAGS.num_tails, d_model, proj_factor=FLAGS.proj_factor,
-        logit_cost=FLAGS.solver_logit_cost,
+        counts, args.num_tails, d_model, proj_factor=args.proj_factor,
+        logit_cost=args.solver_logit_cost,
     )
     return tuple(result.cutoffs), (
-        f"optimal_cuts, K={FLAGS.num_tails}, s={FLAGS.solver_logit_cost:g}")
+        f"optimal_cuts, K={args.num_tails}, s={args.solver_logit_cost:g}")
 
 
 def predicted_speedup(counts, cutoffs, d_model, dims, logit_cost=0.0):
@@ -141,7 +146,7 @@ def predicted_speedup(counts, cutoffs, d_model, dims, logit_cost=0.0):
     return (d_model + logit_cost) * len(counts) / cost
 
 
-def make_steps(vocab_size, d_model, cutoffs):
+def make_steps(vocab_size, d_model, cutoffs, proj_factor):
     """Compiled (adaptive_step, full_step), each (hidden, targets) -> loss."""
     import keras  # pylint: disable=import-outside-toplevel
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
@@ -149,7 +154,7 @@ def make_steps(vocab_size, d_model, cutoffs):
     from model.layers.adaptive_softmax import AdaptiveSoftmax  # pylint: disable=import-outside-toplevel
 
     adaptive = AdaptiveSoftmax(
-        vocab_size, d_model, cutoffs=cutoffs, proj_factor=FLAGS.proj_factor
+        vocab_size, d_model, cutoffs=cutoffs, proj_factor=proj_factor
     )
     dense = keras.layers.Dense(vocab_size, name="full_softmax")
     dense.build((None, d_model))
@@ -176,58 +181,62 @@ def make_steps(vocab_size, d_model, cutoffs):
     )
 
 
-def time_pair(steps, args):
-    """Median seconds of each step, interleaved with alternating order."""
-    for step in steps:
-        for _ in range(FLAGS.warmup + 1):  # the first call traces
-            step(*args)[0].numpy()
-    times = [[] for _ in steps]
-    for r in range(FLAGS.repeats):
-        order = range(len(steps)) if r % 2 == 0 else reversed(range(len(steps)))
-        for k in order:
-            start = time.perf_counter()
-            steps[k](*args)[0].numpy()
-            times[k].append(time.perf_counter() - start)
-    return [statistics.median(t) for t in times]
+def time_pair(steps, inputs, warmup, repeats):
+    """Median seconds of each step: `warmup` + 1 untimed calls each (the first traces), then
+    `repeats` rounds timing every step once, alternating which goes first."""
+    runs = {}
+    for k, step in enumerate(steps):
+        def call(step=step):
+            step(*inputs)[0].numpy()
+
+        for _ in range(warmup + 1):
+            call()
+        runs[k] = lambda call=call: common.time_call(call)
+    samples = common.interleaved_rounds(runs, repeats, order="alternate", progress=False)
+    return [statistics.median(samples[k]) for k in runs]
 
 
-def main(argv):
-    del argv
+def main(argv=None):
+    args, _ = common.start("bench.bench_adaptive_softmax", parse_args, argv)
     import keras  # pylint: disable=import-outside-toplevel
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
-    keras.mixed_precision.set_global_policy(FLAGS.dtype_policy)
-    file_counts = read_counts(FLAGS.counts_file) if FLAGS.counts_file else None
-    rng = np.random.default_rng(FLAGS.seed)
-    print("command: python " + " ".join(sys.argv))
-    print(f"tf {tf.__version__}, keras {keras.__version__}, policy {FLAGS.dtype_policy}, "
-          f"{FLAGS.tokens} tokens/step, warm-up {FLAGS.warmup}, median of {FLAGS.repeats}")
-    if FLAGS.cutoffs:
-        print(f"cutoffs: given (--cutoffs={','.join(FLAGS.cutoffs)}); the solver is not used")
+    keras.mixed_precision.set_global_policy(args.dtype_policy)
+    file_counts = read_counts(args.counts_file) if args.counts_file else None
+    rng = np.random.default_rng(args.seed)
+    print(f"tf {tf.__version__}, keras {keras.__version__}, policy {args.dtype_policy}, "
+          f"{args.tokens} tokens/step, warm-up {args.warmup}, median of {args.repeats}")
+    if args.cutoffs:
+        print(f"cutoffs: given (--cutoffs={','.join(map(str, args.cutoffs))}); the solver is "
+              "not used")
     else:
-        print(f"cutoffs: optimal_cuts with solver logit cost s={FLAGS.solver_logit_cost:g} "
+        print(f"cutoffs: optimal_cuts with solver logit cost s={args.solver_logit_cost:g} "
               "(--solver_logit_cost; 0 = DESIGN.md multiply-add model)")
     print()
-    print("| V | D | targets | cutoffs (source) | tail dims | adaptive tok/s "
-          f"| full tok/s | measured speed-up | predicted | predicted, s={FLAGS.logit_cost:g} |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for vocab_size in (int(v) for v in FLAGS.vocab_sizes):
-        counts, counts_source = counts_for(vocab_size, file_counts)
+    print(common.markdown_table(
+        ["V", "D", "targets", "cutoffs (source)", "tail dims", "adaptive tok/s", "full tok/s",
+         "measured speed-up", "predicted", f"predicted, s={args.logit_cost:g}"], [],
+        "llllllllll"))
+    for vocab_size in args.vocab_sizes:
+        counts, counts_source = counts_for(vocab_size, file_counts, args)
         probs = np.asarray(counts, np.float64) / np.sum(counts)
-        targets = tf.constant(rng.choice(vocab_size, size=FLAGS.tokens, p=probs), tf.int32)
-        for d_model in (int(d) for d in FLAGS.d_models):
-            cutoffs, cut_source = choose_cutoffs(counts, d_model)
-            hidden = tf.constant(rng.normal(size=(FLAGS.tokens, d_model)), tf.float32)
-            adaptive_step, full_step, dims = make_steps(vocab_size, d_model, cutoffs)
-            adaptive_s, full_s = time_pair((adaptive_step, full_step), (hidden, targets))
+        targets = tf.constant(rng.choice(vocab_size, size=args.tokens, p=probs), tf.int32)
+        for d_model in args.d_models:
+            cutoffs, cut_source = choose_cutoffs(counts, d_model, args)
+            hidden = tf.constant(rng.normal(size=(args.tokens, d_model)), tf.float32)
+            adaptive_step, full_step, dims = make_steps(vocab_size, d_model, cutoffs,
+                                                        args.proj_factor)
+            adaptive_s, full_s = time_pair((adaptive_step, full_step), (hidden, targets),
+                                           args.warmup, args.repeats)
             predicted = predicted_speedup(counts, cutoffs, d_model, dims)
-            with_logits = predicted_speedup(counts, cutoffs, d_model, dims, FLAGS.logit_cost)
-            print(f"| {vocab_size} | {d_model} | {counts_source} "
-                  f"| {','.join(map(str, cutoffs))} ({cut_source}) | {','.join(map(str, dims))} "
-                  f"| {FLAGS.tokens / adaptive_s:,.0f} | {FLAGS.tokens / full_s:,.0f} "
-                  f"| {full_s / adaptive_s:.2f}x | {predicted:.2f}x | {with_logits:.2f}x |",
-                  flush=True)
+            with_logits = predicted_speedup(counts, cutoffs, d_model, dims, args.logit_cost)
+            print(common.markdown_row([
+                vocab_size, d_model, counts_source,
+                f"{','.join(map(str, cutoffs))} ({cut_source})", ",".join(map(str, dims)),
+                f"{args.tokens / adaptive_s:,.0f}", f"{args.tokens / full_s:,.0f}",
+                f"{full_s / adaptive_s:.2f}x", f"{predicted:.2f}x", f"{with_logits:.2f}x"]),
+                flush=True)
 
 
 if __name__ == "__main__":
-    app.run(main)
+    main()

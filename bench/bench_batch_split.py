@@ -19,28 +19,22 @@ Default configuration: wt2_base (PAR supernet, soft search: all three
 candidates of every block computed) with d_model 256, 4 heads, d_ffn 1024,
 seq_len = mem_len = 128, batch 32, float32; token ids drawn from a Zipf law.
 
-Usage:
-    python bench/bench_batch_split.py                       # K = 1,2,4,8, 3 rounds
-    python bench/bench_batch_split.py --splits=1,2 --rounds=1 --steps=2 --d_model=64
+Usage (from the project root):
+    python -m bench.bench_batch_split                       # K = 1,2,4,8, 3 rounds
+    python -m bench.bench_batch_split --splits=1,2 --rounds=1 --steps=2 --d_model=64
 Results: bench/results/bench_batch_split.json and a Markdown table on stdout.
 """
 
 import argparse
-import json
 import os
-import pathlib
-import platform
-import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
+from bench import common
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-RESULTS = ROOT / "bench" / "results"
 
 
 def parse_args(argv):
@@ -56,7 +50,7 @@ def parse_args(argv):
     parser.add_argument("--seq_len", type=int, default=128, help="also the memory length")
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--precision", default="float32")
-    parser.add_argument("--out", default=str(RESULTS / "bench_batch_split.json"))
+    parser.add_argument("--out", default=str(common.results_path("bench_batch_split")))
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.d_ffn = args.d_ffn or 4 * args.d_model
@@ -82,6 +76,7 @@ def child(args):
     import numpy as np
     import tensorflow as tf
 
+    from bench.bench_train import zipf_ids
     from model.transformer_xl.presets import preset_config
     from training.config import TrainConfig
     from training.trainer import Trainer
@@ -89,10 +84,8 @@ def child(args):
     k = args.child
     model = preset_config(args.preset, architecture=args.architecture, d_model=args.d_model,
                           num_heads=args.num_heads, d_ffn=args.d_ffn, mem_len=args.seq_len)
-    rng = np.random.default_rng(0)
-    p = 1.0 / np.arange(1, model.vocab_size + 1)
-    ids = rng.choice(model.vocab_size, size=(args.steps + 1, args.batch_size, args.seq_len + 1),
-                     p=p / p.sum()).astype(np.int32)
+    ids = zipf_ids(np.random.default_rng(0), model.vocab_size,
+                   (args.steps + 1, args.batch_size, args.seq_len + 1))
     batches = [(tf.constant(b[:, :-1]), tf.constant(b[:, 1:])) for b in ids]
     with tempfile.TemporaryDirectory() as workdir:
         config = TrainConfig(
@@ -118,24 +111,14 @@ def child(args):
             tf_peak = tf.config.experimental.get_memory_info("CPU:0")["peak"]
         finally:
             keras.mixed_precision.set_global_policy("float32")
-    print("RESULT " + json.dumps(dict(
+    common.report_to_parent(dict(
         k=k, tf_peak=tf_peak, tf_peak_first_step=first_peak, rss_built=rss_built,
         rss_peak=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         first_step_s=first_s, step_s=statistics.median(times), steps_s=times,
-        loss=out["loss"])), flush=True)
+        loss=out["loss"]))
 
 
 # ------------------------------------------------------------------ the parent
-
-
-def run_child(args, argv, k):
-    command = [sys.executable, str(pathlib.Path(__file__).resolve()), *argv, f"--child={k}"]
-    proc = subprocess.run(command, capture_output=True, text=True, cwd=ROOT,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    if proc.returncode or not lines:
-        raise RuntimeError(f"K={k} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(lines[-1][len("RESULT "):])
 
 
 def summarize(samples, args):
@@ -157,25 +140,23 @@ def summarize(samples, args):
 
 def markdown_table(rows, args, command):
     tokens = args.batch_size * args.seq_len
-    lines = ["| K | rows per micro-batch | TF allocator peak | vs K=1 | peak RSS | ms/step | "
-             "tokens/s | step time vs K=1 |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        lines.append(
-            f"| {r['k']} | {r['micro_batch_rows']} | {r['tf_peak'] / 2**20:.0f} MiB | "
-            f"{r['tf_peak_vs_1']:.2f} | {r['rss_peak'] / 2**30:.2f} GiB | "
-            f"{1e3 * r['step_s']:.0f} | {tokens / r['step_s']:.0f} | {r['step_vs_1']:.2f}x |")
-    lines.append("")
-    lines.append(
+    table = common.markdown_table(
+        ["K", "rows per micro-batch", "TF allocator peak", "vs K=1", "peak RSS", "ms/step",
+         "tokens/s", "step time vs K=1"],
+        [[r["k"], r["micro_batch_rows"], f"{r['tf_peak'] / 2**20:.0f} MiB",
+          f"{r['tf_peak_vs_1']:.2f}", f"{r['rss_peak'] / 2**30:.2f} GiB",
+          f"{1e3 * r['step_s']:.0f}", f"{tokens / r['step_s']:.0f}", f"{r['step_vs_1']:.2f}x"]
+         for r in rows],
+        "rrrrrrrr")
+    return table + "\n\n" + (
         f"{args.preset} {args.architecture} d_model {args.d_model}, {args.num_heads} heads, "
         f"d_ffn {args.d_ffn}, seq_len = mem_len = {args.seq_len}, batch {args.batch_size}, "
         f"{args.precision}; medians of {args.rounds} fresh processes per K (interleaved), "
         f"{args.steps} timed steps each. Command: `{command}`")
-    return "\n".join(lines)
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     if args.child is not None:
         child(args)
@@ -184,25 +165,24 @@ def main(argv=None):
     bad = [k for k in splits if k < 1 or args.batch_size % k]
     if bad:
         raise SystemExit(f"--splits: {bad} do not divide --batch_size={args.batch_size}")
-    samples = {k: [] for k in splits}
     started = time.time()
-    for r in range(args.rounds):
-        order = splits[r % len(splits):] + splits[:r % len(splits)]
-        for k in order:
-            result = run_child(args, argv, k)
-            samples[k].append(result)
-            print(f"round {r + 1} K={k}: TF peak {result['tf_peak'] / 2**20:.0f} MiB, peak RSS "
-                  f"{result['rss_peak'] / 2**30:.2f} GiB, {1e3 * result['step_s']:.0f} ms/step",
-                  flush=True)
+
+    def run(k):  # one K in a fresh process, whose peak RSS is that K's alone
+        result = common.run_child("bench.bench_batch_split", [*argv, f"--child={k}"])
+        print(f"K={k}: TF peak {result['tf_peak'] / 2**20:.0f} MiB, peak RSS "
+              f"{result['rss_peak'] / 2**30:.2f} GiB, {1e3 * result['step_s']:.0f} ms/step",
+              flush=True)
+        return result
+
+    samples = common.interleaved_rounds({k: (lambda k=k: run(k)) for k in splits}, args.rounds,
+                                        order="rotate")
     rows = summarize(samples, args)
-    command = "python bench/bench_batch_split.py " + " ".join(shlex.quote(a) for a in argv)
-    table = markdown_table(rows, args, command.strip())
+    command = common.command_line("bench.bench_batch_split", argv)
+    table = markdown_table(rows, args, command)
     print(table)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    with open(args.out, "w", encoding="utf-8") as f:
-        json.dump(dict(command=command.strip(), rows=rows, args=vars(args),
-                       machine=dict(platform=platform.platform(), cpus=os.cpu_count()),
-                       wall_s=time.time() - started, table=table), f, indent=2)
+    common.write_results(args.out, command, dict(
+        rows=rows, args=vars(args), machine=common.machine_info(), wall_s=time.time() - started,
+        table=table))
     return 0
 
 

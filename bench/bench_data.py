@@ -2,31 +2,28 @@
 
 Each run is a fresh process (so peak RSS is per build); build time excludes the
 TensorFlow import, which is reported separately. Prints medians, the ratio to
-the budgets of issue 2 (word < 30 s, sentencepiece 12k < 90 s, RSS < 2 GB) and
+the data-pipeline budgets (word < 30 s, sentencepiece 12k < 90 s, RSS < 2 GB) and
 the command line.
 
-    python bench/bench_data.py --runs=3
+    python -m bench.bench_data --runs=3      # from the project root
 """
 
 import argparse
-import json
 import os
 import resource
-import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench import common
+
 BUDGET_SECONDS = {"word": 30.0, "sentencepiece": 90.0}
 BUDGET_RSS_MB = 2048.0
 
 
 def child(args) -> None:
     """One build (and, for word, a read of the train split) in this process."""
-    sys.path.insert(0, ROOT)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     start = time.perf_counter()
     import data_utils  # noqa: F401  (TensorFlow import, timed apart)
@@ -52,22 +49,22 @@ def child(args) -> None:
         tokens = batches * meta["batch_size"] * meta["seq_len"]
         result.update(read_s=seconds, read_tokens_per_s=tokens / seconds,
                       read_batches_per_s=batches / seconds)
-    print("RESULT " + json.dumps(result))
+    common.report_to_parent(result)
 
 
 def run(tokenizer: str, args, out: str, read: bool) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", f"--tokenizer={tokenizer}",
-           f"--data_dir={args.data_dir}", f"--out={out}"] + (["--read"] if read else [])
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
-    if proc.returncode or not lines:
-        raise SystemExit(f"child failed:\n{proc.stderr[-3000:]}")
-    return json.loads(lines[-1][len("RESULT "):])
+    """One build in a fresh process (so that its peak RSS is that build's)."""
+    try:
+        return common.run_child("bench.bench_data", [
+            "--child", f"--tokenizer={tokenizer}", f"--data_dir={args.data_dir}",
+            f"--out={out}"] + (["--read"] if read else []))
+    except RuntimeError as error:
+        raise SystemExit(f"child failed: {error}") from None
 
 
-def main() -> None:
+def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data_dir", default=os.path.join(ROOT, "data", "raw"),
+    parser.add_argument("--data_dir", default=str(common.ROOT / "data" / "raw"),
                         help="raw files; WikiText-2 is unpacked there from datasets/ if absent")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--tokenizers", default="word,sentencepiece")
@@ -75,11 +72,12 @@ def main() -> None:
     parser.add_argument("--read", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tokenizer", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parser.parse_args(argv)
     if args.child:
         return child(args)
-    print("command: " + " ".join(shlex.quote(a) for a in [sys.executable] + sys.argv))
-    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+    print("command: " + common.command_line("bench.bench_data", argv))
+    print(f"machine: {os.cpu_count()} CPUs, load average {common.loadavg()[0]:.1f}")
     medians = {}
     with tempfile.TemporaryDirectory() as tmp:
         for tokenizer in args.tokenizers.split(","):

@@ -1,4 +1,4 @@
-"""Training-step tokens/s of the model families at matched parameter counts (issue 9, 4).
+"""Training-step tokens/s of the model families at matched parameter counts.
 
 Measures in one process, interleaved so that load from other processes hits
 every configuration alike, the tokens/s of the trainer's real step
@@ -29,35 +29,29 @@ train_defaults: LAMB for the sha_rnn presets, Adam otherwise) unless
 --optimizer names one for all. Token ids are drawn from a Zipf law over the
 vocabulary (ids are frequency ranks, as real data reaches the softmax tails).
 
-Usage:
-    python bench/bench_families.py                # full run, about 7 minutes
-    python bench/bench_families.py --quick        # smoke check, tiny sizes
-    python bench/bench_families.py --rounds=9 --steps=5 --sha_rnn_mem_len=512
+Usage (from the project root):
+    python -m bench.bench_families                # full run, about 7 minutes
+    python -m bench.bench_families --quick        # smoke check, tiny sizes
+    python -m bench.bench_families --rounds=9 --steps=5 --sha_rnn_mem_len=512
 Results: bench/results/bench_families.json and a Markdown table on stdout.
 """
 
 import argparse
 import os
-import pathlib
 import statistics
-import sys
 import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
-from bench_train import Peak, command_line, machine_info, write_results, zipf_ids  # noqa: E402
+from bench import common  # noqa: E402
+from bench.bench_train import Case, peak_sampler  # noqa: E402
 from model import families  # noqa: E402
-from model.transformer_xl import flops
+from model.transformer_xl import flops  # noqa: E402
 
-RESULTS = ROOT / "bench" / "results"
 PRECISIONS = ("float32", "mixed_bfloat16")
 REFERENCE = "Transformer-XL"
 
@@ -241,8 +235,9 @@ def describe(config):
 # ----------------------------------------------------------------------- step
 
 
-class Case:
-    """One benchmarked configuration: a Trainer, its Zipf batches and its step.
+def family_case(label, family, preset, config, batch_size, seq_len, precision, workdir,
+                optimizer):
+    """One benchmarked configuration: bench_train's Case with the family's trainer settings.
 
     Args:
         label: family label ("Transformer-XL", "SHA-RNN", "LSTM").
@@ -252,50 +247,19 @@ class Case:
         precision: "float32" or "mixed_bfloat16".
         workdir: scratch directory (the trainer wants a model_dir).
         optimizer: "preset" (the preset's train defaults) or an optimizer name.
+
+    Returns:
+        The Case (named "<label> <precision>"), with label, optimizer and params set.
     """
-
-    def __init__(self, label, family, preset, config, batch_size, seq_len, precision, workdir,
-                 optimizer):
-        from training.config import TrainConfig
-        from training.trainer import Trainer
-
-        self.label, self.precision = label, precision
-        self.name = f"{label} {precision}"
-        self.config, self.tokens = config, batch_size * seq_len
-        settings = dict(families.get_family(family).train_defaults.get(preset, {}))
-        if optimizer != "preset":
-            settings = dict(optimizer=optimizer)
-        self.optimizer = settings.get("optimizer", "adam")
-        train_config = TrainConfig(
-            data_dir="unused", model_dir=os.path.join(workdir, self.name.replace(" ", "_")),
-            model=config, model_family=family, preset=preset, batch_size=batch_size,
-            seq_len=seq_len, precision=precision, max_steps=10**6, **settings)
-        meta = {"splits": {"train": {"records": 10**6, "batch_size": batch_size}}}
-        rng = np.random.default_rng(len(self.name))
-        ids = zipf_ids(rng, config.vocab_size, (4, batch_size, seq_len + 1))
-        self.batches = [(tf.constant(b[:, :-1]), tf.constant(b[:, 1:])) for b in ids]
-        self.calls = 0
-        try:
-            self.trainer = Trainer(train_config, meta, tf.distribute.get_strategy())
-        finally:
-            keras.mixed_precision.set_global_policy("float32")
-        self.params = sum(int(np.prod(v.shape)) for v in self.trainer.model.trainable_variables)
-
-    def run(self, steps):
-        """Runs `steps` training steps; returns seconds per step."""
-        keras.mixed_precision.set_global_policy(self.precision)
-        try:
-            start = time.perf_counter()
-            for _ in range(steps):
-                inputs, targets = self.batches[self.calls % len(self.batches)]
-                loss = self.trainer.train_step(inputs, targets)["loss"]
-                self.calls += 1
-            elapsed = time.perf_counter() - start
-        finally:
-            keras.mixed_precision.set_global_policy("float32")
-        if not np.isfinite(loss):
-            raise RuntimeError(f"{self.name}: non-finite loss {loss}")
-        return elapsed / steps
+    settings = dict(families.get_family(family).train_defaults.get(preset, {}))
+    if optimizer != "preset":
+        settings = dict(optimizer=optimizer)
+    case = Case(f"{label} {precision}", config, batch_size, seq_len, precision, workdir,
+                use_trainer=True, train_settings=dict(model_family=family, preset=preset,
+                                                      **settings))
+    case.label, case.optimizer = label, settings.get("optimizer", "adam")
+    case.params = sum(int(np.prod(v.shape)) for v in case.trainer.model.trainable_variables)
+    return case
 
 
 def measure(args, matched):
@@ -305,26 +269,20 @@ def measure(args, matched):
         (cases, samples: name -> per-round seconds per step, and for "float32"
         / "bfloat16" the per-round matmul GFLOP/s, a load indicator).
     """
-    peaks = {"float32": Peak(tf.float32, args.matmul_n),
-             "bfloat16": Peak(tf.bfloat16, args.matmul_n)}
+    samples, sample_peaks = peak_sampler(args.matmul_n)
     with tempfile.TemporaryDirectory() as workdir:
         t0 = time.perf_counter()
-        cases = [Case(label, family, preset, config, args.batch_size, args.seq_len, precision,
-                      workdir, args.optimizer)
+        cases = [family_case(label, family, preset, config, args.batch_size, args.seq_len,
+                             precision, workdir, args.optimizer)
                  for precision in PRECISIONS
                  for label, (family, preset, config, _, _) in matched.items()]
         for case in cases:  # trace and warm up
             case.run(2)
         print(f"built and warmed {len(cases)} cases in {time.perf_counter() - t0:.0f} s",
               flush=True)
-        samples = {name: [] for name in list(peaks) + [c.name for c in cases]}
-        for r in range(args.rounds):
-            for dtype, peak in peaks.items():
-                samples[dtype].append(peak.flops / peak.run(3) / 1e9)
-            shift = r % len(cases)
-            for case in cases[shift:] + cases[:shift]:
-                samples[case.name].append(case.run(args.steps))
-            print(f"round {r + 1}/{args.rounds} done", flush=True)
+        runs = {case.name: (lambda case=case: case.run(args.steps)) for case in cases}
+        samples.update(common.interleaved_rounds(runs, args.rounds, order="rotate",
+                                                 before_round=sample_peaks))
     return cases, samples
 
 
@@ -333,31 +291,31 @@ def summarize(cases, samples):
     rows = []
     for case in cases:
         times = samples[case.name]
-        reference = samples[f"{REFERENCE} {case.precision}"]
         step_s = statistics.median(times)
         rows.append(dict(
             name=case.name, label=case.label, precision=case.precision, params=case.params,
             optimizer=case.optimizer, config=describe(case.config), step_s=step_s,
             tokens_per_sec=case.tokens / step_s,
-            vs_transformer_xl=statistics.median(r / t for r, t in zip(reference, times)),
+            vs_transformer_xl=common.paired_ratio(samples[f"{REFERENCE} {case.precision}"],
+                                                  times),
             samples_s=times, model=case.config.to_dict()))
     return rows
 
 
 def markdown_table(rows, args, command):
-    lines = ["| model | precision | params | shape | optimizer | tokens/s | ms/step "
-             "| vs Transformer-XL |", "|---|---|---:|---|---|---:|---:|---:|"]
-    for r in rows:
-        lines.append(f"| {r['label']} | {r['precision']} | {r['params']:,} | {r['config']} | "
-                     f"{r['optimizer']} | {r['tokens_per_sec']:,.0f} | {1e3 * r['step_s']:.1f} | "
-                     f"{r['vs_transformer_xl']:.2f}x |")
-    lines += ["", (
+    table = common.markdown_table(
+        ["model", "precision", "params", "shape", "optimizer", "tokens/s", "ms/step",
+         "vs Transformer-XL"],
+        [[r["label"], r["precision"], f"{r['params']:,}", r["config"], r["optimizer"],
+          f"{r['tokens_per_sec']:,.0f}", f"{1e3 * r['step_s']:.1f}",
+          f"{r['vs_transformer_xl']:.2f}x"] for r in rows],
+        "llrllrrr")
+    return table + "\n\n" + (
         f"Batch {args.batch_size} x {args.seq_len} tokens, Zipf ids; step "
         f"`training.trainer.Trainer.train_step`; {args.rounds} interleaved rounds of "
         f"{args.steps} steps; tokens/s and ms/step are medians, vs Transformer-XL is the "
         "median of per-round tokens/s ratios within the same precision. "
-        f"Command: `{command}`")]
-    return "\n".join(lines)
+        f"Command: `{command}`")
 
 
 def parse_args(argv):
@@ -390,26 +348,19 @@ def parse_args(argv):
                         help="'preset': each preset's train.py defaults; or one optimizer for all")
     parser.add_argument("--matmul_n", type=int, default=2048,
                         help="size of the matmul timed each round as a load indicator")
-    parser.add_argument("--out", default=str(RESULTS / "bench_families.json"))
+    parser.add_argument("--out", default=str(common.results_path("bench_families")))
     args = parser.parse_args(argv)
-    quick = args.quick
-    defaults = dict(rounds=(2, 15), steps=(2, 10), batch_size=(4, 32), seq_len=(8, 32),
-                    target_preset=("tiny", "wt2_base"),
-                    sha_rnn_preset=("sha_rnn_tiny", "sha_rnn_wt2"),
-                    lstm_preset=("lstm_tiny", "lstm_wt2"), width_step=(4, 8))
-    for name, (small, full) in defaults.items():
-        if getattr(args, name) is None:
-            setattr(args, name, small if quick else full)
-    if quick and args.matmul_n == 2048:
+    common.fill_defaults(args, args.quick, rounds=(2, 15), steps=(2, 10), batch_size=(4, 32),
+                         seq_len=(8, 32), target_preset=("tiny", "wt2_base"),
+                         sha_rnn_preset=("sha_rnn_tiny", "sha_rnn_wt2"),
+                         lstm_preset=("lstm_tiny", "lstm_wt2"), width_step=(4, 8))
+    if args.quick and args.matmul_n == 2048:
         args.matmul_n = 512
     return args
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = parse_args(argv)
-    command = command_line(sys.argv[0], argv)
-    print(f"command: {command}", flush=True)
+    args, command = common.start("bench.bench_families", parse_args, argv)
     t0 = time.perf_counter()
     if args.sha_rnn_mem_len is None:
         args.sha_rnn_mem_len = target_config(args.target_preset).mem_len
@@ -431,24 +382,19 @@ def main(argv=None):
         if not ok:
             warnings.append(f"WARNING: no {label} width/depth within {args.tolerance:.0%} of the "
                             f"target; using the closest, {n:,}")
-    load_start = os.getloadavg()
+    load_start = common.loadavg()
     cases, samples = measure(args, matched)
-    load_end = os.getloadavg()
+    load_end = common.loadavg()
     rows = summarize(cases, samples)
     table = markdown_table(rows, args, command)
     peaks = {k: samples[k] for k in ("float32", "bfloat16")}
-    for dtype, values in peaks.items():
-        if max(values) > 1.25 * min(values):
-            warnings.append(
-                f"WARNING: the {dtype} matmul ranged from {min(values):.0f} to {max(values):.0f} "
-                f"GFLOP/s across rounds (load average {load_start[0]:.1f} at start, "
-                f"{load_end[0]:.1f} at the end): other processes competed for the CPU, so the "
-                "figures are noisy")
+    warnings += [w for dtype, values in peaks.items()
+                 if (w := common.load_warning(f"{dtype} matmul", values, load_start, load_end))]
     if args.quick:
         warnings.append("(smoke check: tiny sizes and too few steps to measure anything)")
     print(f"\n{table}\n\n" + "\n".join(warnings))
     result = dict(
-        command=command, step="training.trainer.Trainer.train_step", rounds=args.rounds,
+        step="training.trainer.Trainer.train_step", rounds=args.rounds,
         steps_per_sample=args.steps, batch_size=args.batch_size, seq_len=args.seq_len,
         match=args.match, tolerance=args.tolerance,
         target=dict(preset=args.target_preset, architecture="transformer_xl",
@@ -458,12 +404,12 @@ def main(argv=None):
                              shape=describe(config), config=config.to_dict())
                  for label, (family, preset, config, (total, io), ok) in matched.items()},
         sha_rnn_mem_len=args.sha_rnn_mem_len,
-        machine=machine_info(load_start, load_end),
+        machine=common.machine_info(load_start, load_end),
         matmul_gflops_samples=peaks, rows=rows, warnings=warnings, markdown=table,
         elapsed_s=time.perf_counter() - t0)
-    out = write_results(result, args.out)
+    out = common.write_results(args.out, command, result)
     print(f"\nresults written to {out}")
-    return result
+    return dict(command=command, **result)
 
 
 if __name__ == "__main__":

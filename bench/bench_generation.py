@@ -1,4 +1,4 @@
-"""Generation tokens/s with the memory cache against recomputing the window (issue 10, 6).
+"""Generation tokens/s with the memory cache against recomputing the window.
 
 Measures in one process, interleaved round by round so that load from other
 processes hits every case alike, greedy text generation of random-weight
@@ -28,33 +28,28 @@ of 16 tokens, memory covering them; max |difference| <= --atol), and that
 dropping the context changes them by far more than --atol (a check that
 could not tell a broken cache from a working one would be worthless).
 
-Usage:
-    python bench/bench_generation.py              # full run, about 2.5 minutes (2 loaded cores)
-    python bench/bench_generation.py --quick      # smoke check, seconds
-    python bench/bench_generation.py --window=512 --rounds=5
+Usage (from the project root):
+    python -m bench.bench_generation              # full run, about 2.5 minutes (2 loaded cores)
+    python -m bench.bench_generation --quick      # smoke check, seconds
+    python -m bench.bench_generation --window=512 --rounds=5
 Results: bench/results/bench_generation.json and a Markdown table on stdout.
 """
 
 import argparse
 import os
-import pathlib
 import statistics
-import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bench_train import Peak, command_line, machine_info, write_results, zipf_ids  # noqa: E402
+from bench import common  # noqa: E402
+from bench.bench_train import peak_sampler, zipf_ids  # noqa: E402
 from model import families  # noqa: E402
 from serving.generation import Decoder  # noqa: E402
 
-RESULTS = ROOT / "bench" / "results"
 METHODS = ("cache", "recompute")
 CHECK_LEN = 16  # tokens of the equality check (at most the window)
 CHECK_ROWS = 2
@@ -211,17 +206,13 @@ def measure(args, streams):
         dict name -> list per round of the step times (seconds), and "matmul"
         -> per-round float32 matmul GFLOP/s (a load indicator).
     """
-    peak = Peak(tf.float32, args.matmul_n)
+    peaks, sample_peak = peak_sampler(args.matmul_n, (tf.float32,))
     for stream in streams:  # warm up
         stream.run(2)
-    samples = {"matmul": [], **{s.name: [] for s in streams}}
-    for r in range(args.rounds):
-        samples["matmul"].append(peak.flops / peak.run(3) / 1e9)
-        shift = r % len(streams)
-        for stream in streams[shift:] + streams[:shift]:
-            samples[stream.name].append(stream.run(args.steps))
-        print(f"round {r + 1}/{args.rounds} done", flush=True)
-    return samples
+    runs = {s.name: (lambda s=s: s.run(args.steps)) for s in streams}
+    samples = common.interleaved_rounds(runs, args.rounds, order="rotate",
+                                        before_round=sample_peak)
+    return {"matmul": peaks["float32"], **samples}
 
 
 def summarize(args, models, streams, samples):
@@ -250,29 +241,24 @@ def summarize(args, models, streams, samples):
                 recompute_ms=1e3 * statistics.median(recompute),
                 cache_tokens_per_sec=batch / statistics.median(cache),
                 recompute_tokens_per_sec=batch / statistics.median(recompute),
-                speedup=statistics.median(r / c for r, c in zip(recompute, cache))))
+                speedup=common.paired_ratio(recompute, cache)))
     return rows, pairs
 
 
 def markdown_table(pairs, args, command):
-    lines = ["| model | params | batch | cache ms/step | recompute ms/step | cache tokens/s "
-             "| recompute tokens/s | cache speed-up |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for p in pairs:
-        lines.append(f"| {p['preset']} `{p['architecture']}` | {p['params']:,} | {p['batch']} | "
-                     f"{p['cache_ms']:.1f} | {p['recompute_ms']:.1f} | "
-                     f"{p['cache_tokens_per_sec']:,.0f} | {p['recompute_tokens_per_sec']:,.0f} | "
-                     f"{p['speedup']:.1f}x |")
-    lines += ["", (
+    table = common.markdown_table(
+        ["model", "params", "batch", "cache ms/step", "recompute ms/step", "cache tokens/s",
+         "recompute tokens/s", "cache speed-up"],
+        [[f"{p['preset']} `{p['architecture']}`", f"{p['params']:,}", p["batch"],
+          f"{p['cache_ms']:.1f}", f"{p['recompute_ms']:.1f}", f"{p['cache_tokens_per_sec']:,.0f}",
+          f"{p['recompute_tokens_per_sec']:,.0f}", f"{p['speedup']:.1f}x"] for p in pairs],
+        "lrrrrrrr")
+    return table + "\n\n" + (
         f"Greedy generation, window W = {args.window} (cache: mem_len {args.window - 1} and one "
         f"token per forward; recompute: a forward over the last {args.window} tokens, no memory), "
         f"float32, {args.rounds} interleaved rounds of {args.steps} steps per case; ms/step "
         "(per-token latency at batch 1) and tokens/s are medians over rounds, the speed-up is "
-        f"the median of per-round ratios. Command: `{command}`")]
-    return "\n".join(lines)
-
-
-def int_list(text):
-    return [int(x) for x in text.split(",") if x]
+        f"the median of per-round ratios. Command: `{command}`")
 
 
 def parse_args(argv):
@@ -284,7 +270,7 @@ def parse_args(argv):
     parser.add_argument("--architecture", default="transformer_xl",
                         help="architecture of every model: transformer_xl, an a/f/i string, "
                              "or supernet (its argmax)")
-    parser.add_argument("--batch_sizes", type=int_list, default=[1, 32],
+    parser.add_argument("--batch_sizes", type=common.int_list, default=[1, 32],
                         help="comma-separated batch sizes (rows generated together)")
     parser.add_argument("--window", type=int, default=None,
                         help="tokens the newest position attends over, itself included "
@@ -297,12 +283,10 @@ def parse_args(argv):
     parser.add_argument("--matmul_n", type=int, default=None,
                         help="size of the matmul timed each round as a load indicator "
                              "(default 2048; quick 512)")
-    parser.add_argument("--out", default=str(RESULTS / "bench_generation.json"))
+    parser.add_argument("--out", default=str(common.results_path("bench_generation")))
     args = parser.parse_args(argv)
-    defaults = dict(window=(16, 128), rounds=(2, 9), steps=(2, 16), matmul_n=(512, 2048))
-    for name, (small, full) in defaults.items():
-        if getattr(args, name) is None:
-            setattr(args, name, small if args.quick else full)
+    common.fill_defaults(args, args.quick, window=(16, 128), rounds=(2, 9), steps=(2, 16),
+                         matmul_n=(512, 2048))
     args.presets = [p for p in args.presets.split(",") if p]
     if args.window < 2:
         parser.error(f"--window={args.window} must be >= 2 (the newest token and one before)")
@@ -315,33 +299,25 @@ def parse_args(argv):
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = parse_args(argv)
-    command = command_line("bench/bench_generation.py", argv)
-    print(f"command: {command}", flush=True)
+    args, command = common.start("bench.bench_generation", parse_args, argv)
     t0 = time.perf_counter()
     try:
         models, streams = prepare(args)
     except ValueError as error:  # unknown preset or architecture
         raise SystemExit(f"error: {error}") from None
-    load_start = os.getloadavg()
+    load_start = common.loadavg()
     samples = measure(args, streams)
-    load_end = os.getloadavg()
+    load_end = common.loadavg()
     rows, pairs = summarize(args, models, streams, samples)
     table = markdown_table(pairs, args, command)
-    warnings = []
     gflops = samples["matmul"]
-    if max(gflops) > 1.25 * min(gflops):
-        warnings.append(
-            f"WARNING: the float32 matmul ranged from {min(gflops):.0f} to {max(gflops):.0f} "
-            f"GFLOP/s across rounds (load average {load_start[0]:.1f} at start, "
-            f"{load_end[0]:.1f} at the end): other processes competed for the CPU, so the "
-            "figures are noisy")
+    warnings = [w for w in [common.load_warning("float32 matmul", gflops, load_start, load_end)]
+                if w]
     if args.quick:
         warnings.append("(smoke check: small window and too few steps to measure anything)")
     print(f"\n{table}\n\n" + "\n".join(warnings))
     result = dict(
-        command=command, window=args.window, rounds=args.rounds, steps_per_round=args.steps,
+        window=args.window, rounds=args.rounds, steps_per_round=args.steps,
         batch_sizes=args.batch_sizes, architecture=args.architecture, precision="float32",
         decoding="greedy",
         models={preset: dict(params=info["params"],
@@ -350,12 +326,12 @@ def main(argv=None):
                              tracing_counts={m: d.tracing_counts()["forward"]
                                              for m, d in info["decoders"].items()})
                 for preset, info in models.items()},
-        machine=machine_info(load_start, load_end),
+        machine=common.machine_info(load_start, load_end),
         matmul_gflops_samples=gflops, rows=rows, pairs=pairs, warnings=warnings, markdown=table,
         elapsed_s=time.perf_counter() - t0)
-    out = write_results(result, args.out)
+    out = common.write_results(args.out, command, result)
     print(f"\nresults written to {out}")
-    return result
+    return dict(command=command, **result)
 
 
 if __name__ == "__main__":

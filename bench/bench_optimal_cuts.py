@@ -10,46 +10,46 @@ is the cost model's, 1 / relative cost, under that row's logit cost s; the
 measured speed-up of the layer itself is another benchmark's job.
 
 Usage (from the repository root):
-    python bench/bench_optimal_cuts.py [--repeats=5] [--quadratic]
+    python -m bench.bench_optimal_cuts [--repeats=5] [--quadratic | --noquadratic]
 """
 
-import collections
+import argparse
 import os
-import pathlib
-import statistics
 import sys
-import time
 
-from absl import app
-from absl import flags
 from absl import logging
 import numpy as np
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench import common
+import optimal_cuts
 
-import optimal_cuts  # pylint: disable=wrong-import-position
 
-FLAGS = flags.FLAGS
-flags.DEFINE_string("data_dir", str(ROOT.parent / "shared" / "data" / "wikitext-2"),
-                    "Directory holding wiki.train.tokens.")
-flags.DEFINE_integer("repeats", 5, "Timed runs per row (the median is shown).")
-flags.DEFINE_bool("quadratic", True, "Also time the plain O(K N^2) DP once on "
-                  "WikiText-2 with K = 2, for comparison.")
+def parse_bool(text):
+    """absl's spellings of a boolean flag's value (--quadratic=false)."""
+    value = {"true": True, "t": True, "1": True, "false": False, "f": False, "0": False}.get(
+        text.lower())
+    if value is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
+    return value
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data_dir",
+                        default=str(common.WIKITEXT2_DIR),
+                        help="Directory holding wiki.train.tokens; the copy in datasets/ "
+                        "when it has none.")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="Timed runs per row (the median is shown).")
+    parser.add_argument("--quadratic", type=parse_bool, nargs="?", const=True, default=True,
+                        help="Also time the plain O(K N^2) DP once on WikiText-2 with K = 2, "
+                        "for comparison (--noquadratic: not).")
+    parser.add_argument("--noquadratic", dest="quadratic", action="store_false",
+                        help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
 
 WIKITEXT103_TYPES = 267_735
 WIKITEXT103_TOKENS = 103_227_021
-
-
-def wikitext2_counts(data_dir):
-    """Word counts of wiki.train.tokens: whitespace tokens + <eos> per line."""
-    counter = collections.Counter()
-    with open(os.path.join(data_dir, "wiki.train.tokens"),
-              encoding="utf-8") as stream:
-        for line in stream:
-            counter.update(line.split())
-            counter["<eos>"] += 1
-    return np.array(list(counter.values()), dtype=np.int64)
 
 
 def zipf_counts(size, tokens, exponent=1.0):
@@ -60,18 +60,19 @@ def zipf_counts(size, tokens, exponent=1.0):
 
 def timed(repeats, *args, **kwargs):
     """(result, median seconds) of optimal_cutoffs over `repeats` runs."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = optimal_cuts.optimal_cutoffs(*args, **kwargs)
-        times.append(time.perf_counter() - start)
-    return result, statistics.median(times)
+    results = []
+
+    def solve():
+        results.append(optimal_cuts.optimal_cutoffs(*args, **kwargs))
+
+    seconds = common.median_time(solve, repeats)
+    return results[-1], seconds
 
 
-def main(argv):
-    del argv
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
     logging.set_verbosity(logging.WARNING)  # One info line per solve.
-    wt2 = wikitext2_counts(FLAGS.data_dir)
+    wt2 = common.wikitext2_train_counts(args.data_dir)
     zipf = zipf_counts(WIKITEXT103_TYPES, WIKITEXT103_TOKENS)
     rows = []
     for name, counts, tails, widths, logit_cost in (
@@ -80,31 +81,29 @@ def main(argv):
             ("WikiText-2 words", wt2, (2, 3), (128,), 60.0)):
         for d_model in widths:
             for num_tails in tails:
-                result, seconds = timed(FLAGS.repeats, counts, num_tails,
+                result, seconds = timed(args.repeats, counts, num_tails,
                                         d_model, logit_cost=logit_cost)
                 rows.append((name, counts.size, num_tails, d_model, logit_cost,
-                             result, seconds, f"median of {FLAGS.repeats}"))
-    if FLAGS.quadratic:
+                             result, seconds, f"median of {args.repeats}"))
+    if args.quadratic:
         result, seconds = timed(1, wt2, 2, 128, method="quadratic")
         rows.append(("WikiText-2 words", wt2.size, 2, 128, 0.0, result,
                      seconds, "1 run, plain DP"))
 
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"command: python bench/bench_optimal_cuts.py --repeats="
-          f"{FLAGS.repeats}{'' if FLAGS.quadratic else ' --noquadratic'}")
-    print(f"machine: {os.cpu_count()} CPUs, load average {load:.2f}, "
+    command = common.command_line("bench.bench_optimal_cuts", [f"--repeats={args.repeats}"] + (
+        [] if args.quadratic else ["--noquadratic"]))
+    print(f"command: {command}")
+    print(f"machine: {os.cpu_count()} CPUs, load average {common.loadavg()[0]:.2f}, "
           f"numpy {np.__version__}\n")
-    print("| counts | N | K | d_model | logit cost s | cutoffs | relative cost "
-          "| predicted speed-up | method | solver time |")
-    print("|---|---:|---:|---:|---:|---|---:|---:|---|---:|")
-    for (name, size, num_tails, d_model, logit_cost, result, seconds,
-         note) in rows:
-        print(f"| {name} | {size:,} | {num_tails} | {d_model} | "
-              f"{logit_cost:g} | "
-              f"{','.join(map(str, result.cutoffs))} | "
-              f"{result.relative_cost:.4f} | {result.speedup:.1f}x | "
-              f"{result.method} | {seconds * 1000:,.0f} ms ({note}) |")
+    print(common.markdown_table(
+        ["counts", "N", "K", "d_model", "logit cost s", "cutoffs", "relative cost",
+         "predicted speed-up", "method", "solver time"],
+        [[name, f"{size:,}", num_tails, d_model, f"{logit_cost:g}",
+          ",".join(map(str, result.cutoffs)), f"{result.relative_cost:.4f}",
+          f"{result.speedup:.1f}x", result.method, f"{seconds * 1000:,.0f} ms ({note})"]
+         for name, size, num_tails, d_model, logit_cost, result, seconds, note in rows],
+        "lrrrrlrrlr"))
 
 
 if __name__ == "__main__":
-    app.run(main)
+    main()

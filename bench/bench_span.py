@@ -1,4 +1,4 @@
-"""Adaptive span against a fixed span of the same maximum: tokens/s and memory (issue 12, 4).
+"""Adaptive span against a fixed span of the same maximum: tokens/s and memory.
 
 Reads a finished adaptive-span run (its config.json, and the learned spans
 metrics.json records at the end of training, training/plugins/span_report.py)
@@ -22,29 +22,26 @@ The statistics see the allocator's large allocations only (256 KiB and more
 on this TensorFlow; smaller ones are pooled), which is where the attention's
 [B, N, T, K] tensors land at any realistic size.
 
-Usage:
-    python bench/bench_span.py --run_dir=runs/wt2_bytes_span
-    python bench/bench_span.py --run_dir=runs/wt2_bytes_span --rounds=9 --batch_size=8
+Usage (from the project root):
+    python -m bench.bench_span --run_dir=runs/wt2_bytes_span
+    python -m bench.bench_span --run_dir=runs/wt2_bytes_span --rounds=9 --batch_size=8
 Results: bench/results/bench_span.json and a Markdown table on stdout.
 """
 
-import argparse
 import dataclasses
 import json
-import os
 import pathlib
 import statistics
 import sys
 import tempfile
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+import tensorflow as tf
 
-import bench_train  # noqa: E402  (sets the TensorFlow log level, imports TensorFlow)
-import tensorflow as tf  # noqa: E402
+from bench import (
+    bench_train,  # sets the TensorFlow log level, imports TensorFlow
+    common,
+)
 
-RESULTS = ROOT / "bench" / "results"
 LEARNED, FIXED, MAXIMUM = "adaptive span (learned)", "fixed span", "adaptive span (maximum)"
 
 
@@ -122,7 +119,7 @@ def measure(model_config, spans, batch_size, seq_len, rounds, sample_seconds, pr
         rows.append(dict(
             name=case.name,
             tokens_per_sec=tokens / statistics.median(samples[case.name]),
-            vs_fixed=statistics.median(f / s for f, s in zip(samples[FIXED], samples[case.name])),
+            vs_fixed=common.paired_ratio(samples[FIXED], samples[case.name]),
             peak_bytes=peaks[case.name], peak_vs_fixed=peaks[case.name] / peaks[FIXED],
             mean_span=None if row_spans is None else statistics.fmean(
                 s for layer in row_spans for s in layer),
@@ -133,30 +130,26 @@ def measure(model_config, spans, batch_size, seq_len, rounds, sample_seconds, pr
 
 
 def markdown_table(rows, command, config, batch_size, seq_len):
-    lines = ["| network | mean span | memory kept per layer | tokens/s | vs fixed | peak step "
-             "memory (MiB) | vs fixed |", "|---|---:|---|---:|---:|---:|---:|"]
-    for r in rows:
-        span = "" if r["mean_span"] is None else f"{r['mean_span']:.0f}"
-        lines.append(f"| {r['name']} | {span} | {', '.join(map(str, r['kept_memory']))} | "
-                     f"{r['tokens_per_sec']:,.0f} | {r['vs_fixed']:.2f}x | "
-                     f"{r['peak_bytes'] / 2**20:.1f} | {r['peak_vs_fixed']:.2f}x |")
+    table = common.markdown_table(
+        ["network", "mean span", "memory kept per layer", "tokens/s", "vs fixed",
+         "peak step memory (MiB)", "vs fixed"],
+        [[r["name"], "" if r["mean_span"] is None else f"{r['mean_span']:.0f}",
+          ", ".join(map(str, r["kept_memory"])), f"{r['tokens_per_sec']:,.0f}",
+          f"{r['vs_fixed']:.2f}x", f"{r['peak_bytes'] / 2**20:.1f}", f"{r['peak_vs_fixed']:.2f}x"]
+         for r in rows],
+        "lrlrrrr")
     model = config.model
-    lines += ["", f"d_model {model.d_model}, {model.num_blocks} blocks ({model.architecture}), "
-              f"{model.num_heads} heads, span_max {model.span_max}, ramp {model.span_ramp}, "
-              f"mem_len {model.mem_len}, batch {batch_size} x {seq_len}. Tokens/s: median over "
-              "interleaved rounds of the trainer's step; vs fixed: median per-round ratio; peak "
-              "step memory: the CPU allocator's peak during one step. "
-              f"Command: `{command}`"]
-    return "\n".join(lines)
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line and exit 1, like the other user errors
-        self.exit(1, f"error: {message} (see --help)\n")
+    return table + "\n\n" + (
+        f"d_model {model.d_model}, {model.num_blocks} blocks ({model.architecture}), "
+        f"{model.num_heads} heads, span_max {model.span_max}, ramp {model.span_ramp}, "
+        f"mem_len {model.mem_len}, batch {batch_size} x {seq_len}. Tokens/s: median over "
+        "interleaved rounds of the trainer's step; vs fixed: median per-round ratio; peak "
+        "step memory: the CPU allocator's peak during one step. "
+        f"Command: `{command}`")
 
 
 def parse_args(argv):
-    parser = _Parser(description=__doc__.split("\n")[0])
+    parser = common.Parser(description=__doc__.split("\n")[0])
     parser.add_argument("--run_dir", required=True, help="a finished adaptive-span training run")
     parser.add_argument("--batch_size", type=int, default=None,
                         help="batch size (default: the run's)")
@@ -165,7 +158,8 @@ def parse_args(argv):
     parser.add_argument("--sample_seconds", type=float, default=2.0, help="seconds per sample")
     parser.add_argument("--precision", default=None, choices=["float32", "mixed_bfloat16"],
                         help="default: the run's")
-    parser.add_argument("--out", default=str(RESULTS / "bench_span.json"), help="results JSON")
+    parser.add_argument("--out", default=str(common.results_path("bench_span")),
+                        help="results JSON")
     args = parser.parse_args(argv)
     for name in ("batch_size", "seq_len", "rounds"):
         value = getattr(args, name)
@@ -177,9 +171,7 @@ def parse_args(argv):
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = parse_args(argv)
-    command = bench_train.command_line("bench/bench_span.py", argv)
+    args, command = common.start("bench.bench_span", parse_args, argv)
     try:
         config, spans = read_run(args.run_dir)
     except SpanBenchError as error:
@@ -188,19 +180,18 @@ def main(argv=None):
     batch_size = args.batch_size or config.batch_size
     seq_len = args.seq_len or config.seq_len
     precision = args.precision or config.precision
-    print(f"command: {command}", flush=True)
-    load_start = os.getloadavg()
+    load_start = common.loadavg()
     rows = measure(config.model, spans, batch_size, seq_len, args.rounds, args.sample_seconds,
                    precision)
-    load_end = os.getloadavg()
+    load_end = common.loadavg()
     table = markdown_table(rows, command, config, batch_size, seq_len)
     print(f"\n{table}\n", flush=True)
-    result = dict(command=command, run_dir=str(args.run_dir), batch_size=batch_size,
+    result = dict(run_dir=str(args.run_dir), batch_size=batch_size,
                   seq_len=seq_len, precision=precision, rounds=args.rounds,
                   model=config.model.to_dict(), spans=spans,
-                  machine=bench_train.machine_info(load_start, load_end), rows=rows,
+                  machine=common.machine_info(load_start, load_end), rows=rows,
                   markdown=table)
-    out = bench_train.write_results(result, args.out)
+    out = common.write_results(args.out, command, result)
     print(f"results written to {out}")
     return 0
 

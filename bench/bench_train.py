@@ -1,4 +1,4 @@
-"""Training-step throughput against this machine's matmul peak (issue 4).
+"""Training-step throughput against this machine's matmul peak.
 
 Measures in one process, interleaved so that load from other processes hits
 every configuration alike:
@@ -25,58 +25,28 @@ architecture logits are frozen (as during `arch_warmup_steps`) so that hard
 search samples uniformly and its cost matches the expected FLOPs; their
 gradients are still computed.
 
-Usage:
-    python bench/bench_train.py            # full run, about 6 minutes
-    python bench/bench_train.py --quick    # smoke check: 3 small cases
-    python bench/bench_train.py --only "hard search,soft search" --rounds 9
+Usage (from the project root):
+    python -m bench.bench_train            # full run, about 6 minutes
+    python -m bench.bench_train --quick    # smoke check: 3 small cases
+    python -m bench.bench_train --only "hard search,soft search" --rounds 9
 Results: bench/results/bench_train.json and a Markdown table on stdout.
 """
 
 import argparse
-import json
+import functools
 import os
-import pathlib
-import platform
-import shlex
 import statistics
-import sys
 import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from bench import common  # noqa: E402
 from model.transformer_xl import flops  # noqa: E402
-
-RESULTS = ROOT / "bench" / "results"
-
-
-# ------------------------------------------------------- shared by the benches
-
-
-def command_line(script, argv):
-    """The command that reproduces this run, for the results and the README."""
-    return "python " + " ".join(shlex.quote(a) for a in [script] + list(argv))
-
-
-def machine_info(load_start, load_end):
-    """What the figures were measured on, with the load averages around the run."""
-    return dict(platform=platform.platform(), cpus=os.cpu_count(), tensorflow=tf.__version__,
-                keras=keras.__version__, loadavg_start=load_start, loadavg_end=load_end)
-
-
-def write_results(result, out):
-    """Writes `result` as indented JSON to `out` (parents created); returns the Path."""
-    out = pathlib.Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    return out
-
 
 # ------------------------------------------------------------------ matmul peak
 
@@ -96,12 +66,6 @@ def make_matmul(n, dtype, chain=4):
 
     run().numpy()  # trace and warm up
     return run, 2.0 * n**3 * chain
-
-
-def time_call(fn):
-    start = time.perf_counter()
-    fn().numpy()
-    return time.perf_counter() - start
 
 
 # -------------------------------------------------------------- configurations
@@ -148,14 +112,22 @@ class Case:
         workdir: scratch directory (the trainer wants a model_dir).
         use_trainer: use training.trainer.Trainer.train_step (the real step);
             False: the local step below.
+        xla: compile the trainer's step with XLA (train.py --xla).
+        train_settings: TrainConfig fields of the trainer besides the model, batch and
+            precision; None: a 100-step warm-up and architecture logits frozen for good
+            (a Transformer-XL supernet's hard search then samples uniformly).
     """
 
     def __init__(self, name, config, batch_size, seq_len, precision, workdir, use_trainer,
-                 xla=False):
+                 xla=False, train_settings=None):
         self.name, self.config, self.xla = name, config, xla
         self.batch_size, self.seq_len, self.precision = batch_size, seq_len, precision
         self.tokens = batch_size * seq_len
-        self.flops = forward_flops(config, seq_len, batch_size)
+        if train_settings is None:
+            # Frozen logits keep the hard-search sampler uniform, so its cost
+            # matches the expected FLOPs; their gradient is still computed.
+            train_settings = dict(warmup_steps=100, arch_warmup_steps=10**6)
+        self.train_settings = train_settings
         rng = np.random.default_rng(len(name))
         ids = zipf_ids(rng, config.vocab_size, (4, batch_size, seq_len + 1))
         self.batches = [(tf.constant(b[:, :-1]), tf.constant(b[:, 1:])) for b in ids]
@@ -179,11 +151,7 @@ class Case:
         train_config = TrainConfig(
             data_dir="unused", model_dir=os.path.join(workdir, self.name), model=self.config,
             batch_size=self.batch_size, seq_len=self.seq_len, precision=self.precision,
-            max_steps=10**6, warmup_steps=100,
-            # Frozen logits keep the hard-search sampler uniform, so its cost
-            # matches the expected FLOPs; their gradient is still computed.
-            arch_warmup_steps=10**6, xla=self.xla,
-        )
+            max_steps=10**6, xla=self.xla, **self.train_settings)
         meta = {"splits": {"train": {"records": 10**6, "batch_size": self.batch_size}}}
         trainer = Trainer(train_config, meta, tf.distribute.get_strategy())
         self.trainer = trainer
@@ -230,6 +198,11 @@ class Case:
 
         return run
 
+    @functools.cached_property
+    def flops(self):
+        """Forward FLOPs per token (a Transformer-XL config's; `forward_flops`)."""
+        return forward_flops(self.config, self.seq_len, self.batch_size)
+
     def run(self, steps):
         """Runs `steps` steps; returns seconds per step."""
         keras.mixed_precision.set_global_policy(self.precision)
@@ -255,7 +228,21 @@ class Peak:
         self.fn, self.flops = make_matmul(n, dtype)
 
     def run(self, calls):
-        return statistics.median(time_call(self.fn) for _ in range(calls))
+        """Median seconds of one matmul chain (the result copied to the host) over `calls`."""
+        return common.median_time(lambda: self.fn().numpy(), calls)
+
+
+def peak_sampler(n, dtypes=(tf.float32, tf.bfloat16)):
+    """(samples, sample_round): dtype name -> per-round matmul GFLOP/s (median of 3 calls),
+    a load indicator, and the `before_round` of common.interleaved_rounds that adds a round."""
+    peaks = {dtype.name: Peak(dtype, n) for dtype in dtypes}
+    samples = {name: [] for name in peaks}
+
+    def sample_round(_):
+        for name, peak in peaks.items():
+            samples[name].append(peak.flops / peak.run(3) / 1e9)
+
+    return samples, sample_round
 
 
 def trainer_available():
@@ -312,20 +299,15 @@ def calibrate(case, target_s):
 
 
 def markdown_table(rows, peaks, command, step_kind, rounds):
-    lines = [
-        "| configuration | tokens/s | ms/step | fwd MFLOP/token | achieved GFLOP/s | % of peak "
-        "| % of best peak | vs soft |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in rows:
-        vs = f"{r['vs_soft']:.2f}x" if r.get("vs_soft") else ""
-        lines.append(
-            f"| {r['name']} | {r['tokens_per_sec']:.0f} | {1e3 * r['step_s']:.1f} | "
-            f"{r['forward_flops_per_token'] / 1e6:.2f} | {r['achieved_gflops']:.1f} | "
-            f"{100 * r['fraction_of_peak']:.1f}% | {100 * r['fraction_of_best_peak']:.1f}% | {vs} |"
-        )
-    lines.append("")
-    lines.append(
+    table = common.markdown_table(
+        ["configuration", "tokens/s", "ms/step", "fwd MFLOP/token", "achieved GFLOP/s",
+         "% of peak", "% of best peak", "vs soft"],
+        [[r["name"], f"{r['tokens_per_sec']:.0f}", f"{1e3 * r['step_s']:.1f}",
+          f"{r['forward_flops_per_token'] / 1e6:.2f}", f"{r['achieved_gflops']:.1f}",
+          f"{100 * r['fraction_of_peak']:.1f}%", f"{100 * r['fraction_of_best_peak']:.1f}%",
+          f"{r['vs_soft']:.2f}x" if r.get("vs_soft") else ""] for r in rows],
+        "lrrrrrrr")
+    return table + "\n\n" + (
         "Matmul peak (same run, median / best round): "
         + ", ".join(f"{k} {statistics.median(v):.0f} / {max(v):.0f} GFLOP/s" for k, v in peaks.items())
         + f". Step: `{step_kind}`; {rounds} interleaved rounds; tokens/s and ms/step are "
@@ -335,7 +317,6 @@ def markdown_table(rows, peaks, command, step_kind, rounds):
         "other processes load the CPU); vs soft is the median of per-round ratios. "
         f"Command: `{command}`"
     )
-    return "\n".join(lines)
 
 
 def _peak_key(precision):
@@ -354,12 +335,12 @@ def summarize(cases, samples, steps):
         times = samples[case.name]
         step_s = statistics.median(times)
         peaks = samples[_peak_key(case.precision)]
-        fractions = [3.0 * case.flops * case.tokens / t / 1e9 / p for t, p in zip(times, peaks)]
+        achieved = [3.0 * case.flops * case.tokens / t / 1e9 for t in times]  # GFLOP/s
         rows.append(dict(
             name=case.name, precision=case.precision, step_s=step_s,
             tokens_per_sec=case.tokens / step_s, forward_flops_per_token=case.flops,
             achieved_gflops=3.0 * case.flops * case.tokens / step_s / 1e9,
-            fraction_of_peak=statistics.median(fractions),
+            fraction_of_peak=common.paired_ratio(achieved, peaks),
             fraction_of_best_peak=3.0 * case.flops * case.tokens / step_s / 1e9 / max(peaks),
             steps_per_sample=steps[case.name],
             samples_s=times, batch_size=case.batch_size, seq_len=case.seq_len,
@@ -369,15 +350,13 @@ def summarize(cases, samples, steps):
     for r in rows:  # XLA twins: paired ratio to the plain case
         plain = r["name"][: -len(" xla")] if r["name"].endswith(" xla") else None
         if plain in samples:
-            r["xla_speedup"] = statistics.median(
-                a / b for a, b in zip(samples[plain], samples[r["name"]]))
+            r["xla_speedup"] = common.paired_ratio(samples[plain], samples[r["name"]])
             checks.append(f"{r['name']}: {r['xla_speedup']:.2f}x the tokens/s without XLA")
     for precision in ("float32", "mixed_bfloat16"):
         soft = f"wt2_base soft search {precision}"
         for r in rows:
             if soft in samples and r["name"].startswith("wt2_base") and r["precision"] == precision:
-                r["vs_soft"] = statistics.median(
-                    a / b for a, b in zip(samples[soft], samples[r["name"]]))
+                r["vs_soft"] = common.paired_ratio(samples[soft], samples[r["name"]])
         hard = by_name.get(f"wt2_base hard search {precision}")
         if hard and "vs_soft" in hard:
             ratio = hard["vs_soft"]
@@ -415,7 +394,7 @@ def parse_args(argv):
                         "reporting the XLA/plain tokens/s ratio of each")
     parser.add_argument("--only", default="",
                         help="comma-separated substrings: run only the cases whose name has one")
-    parser.add_argument("--out", default=str(RESULTS / "bench_train.json"))
+    parser.add_argument("--out", default=str(common.results_path("bench_train")))
     args = parser.parse_args(argv)
     args.rounds = args.rounds or (2 if args.quick else 15)
     args.sample_seconds = args.sample_seconds or (0.2 if args.quick else 0.5)
@@ -452,14 +431,8 @@ def sample_interleaved(cases, steps, rounds, before_round=None):
     Returns:
         name -> list of seconds per step, one per round.
     """
-    samples = {case.name: [] for case in cases}
-    for r in range(rounds):
-        if before_round is not None:
-            before_round(r)
-        for case in cases:
-            samples[case.name].append(case.run(steps[case.name]))
-        print(f"round {r + 1}/{rounds} done", flush=True)
-    return samples
+    runs = {case.name: (lambda case=case: case.run(steps[case.name])) for case in cases}
+    return common.interleaved_rounds(runs, rounds, before_round=before_round)
 
 
 def measure(args, use_trainer):
@@ -469,7 +442,7 @@ def measure(args, use_trainer):
         (cases, samples: name -> list per round (seconds per step for cases,
         GFLOP/s for "float32"/"bfloat16" peaks), steps per sample).
     """
-    peaks = {"float32": Peak(tf.float32, args.matmul_n), "bfloat16": Peak(tf.bfloat16, args.matmul_n)}
+    samples, sample_peaks = peak_sampler(args.matmul_n)
     with tempfile.TemporaryDirectory() as workdir:
         t0 = time.perf_counter()
         cases = [Case(*spec[:-1], workdir, use_trainer, xla=spec[-1])
@@ -477,45 +450,31 @@ def measure(args, use_trainer):
         steps = warm_up(cases, args.sample_seconds)
         print(f"built and warmed {len(cases)} cases in {time.perf_counter() - t0:.0f} s "
               f"using {cases[0].step_kind}", flush=True)
-        samples = {dtype: [] for dtype in peaks}
-
-        def sample_peaks(_):
-            for dtype, peak in peaks.items():
-                samples[dtype].append(peak.flops / peak.run(3) / 1e9)
-
         samples.update(sample_interleaved(cases, steps, args.rounds, before_round=sample_peaks))
     return cases, samples, steps
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = parse_args(argv)
-    command = command_line(sys.argv[0], argv)
-    print(f"command: {command}", flush=True)
+    args, command = common.start("bench.bench_train", parse_args, argv)
     use_trainer = trainer_available() and not args.local_step
-    load_start = os.getloadavg()
+    load_start = common.loadavg()
     cases, samples, steps = measure(args, use_trainer)
-    load_end = os.getloadavg()
+    load_end = common.loadavg()
     peaks = {k: samples[k] for k in ("float32", "bfloat16")}
     rows, checks = summarize(cases, samples, steps)
     table = markdown_table(rows, peaks, command, cases[0].step_kind, args.rounds)
     if args.quick:
         checks = [f"(smoke check, too few steps to measure) {c}" for c in checks]
-    for dtype, values in peaks.items():
-        if max(values) > 1.25 * min(values):
-            checks.append(
-                f"WARNING: the {dtype} matmul peak ranged from {min(values):.0f} to "
-                f"{max(values):.0f} GFLOP/s across rounds (load average {load_start[0]:.1f} at "
-                f"start, {load_end[0]:.1f} at the end): other processes competed for the CPU, "
-                "so the figures are noisy")
+    checks += [w for dtype, values in peaks.items()
+               if (w := common.load_warning(f"{dtype} matmul peak", values, load_start, load_end))]
     print(f"\n{table}\n\n" + "\n".join(checks))
-    result = dict(command=command, step=cases[0].step_kind, rounds=args.rounds,
-                  machine=machine_info(load_start, load_end),
+    result = dict(step=cases[0].step_kind, rounds=args.rounds,
+                  machine=common.machine_info(load_start, load_end),
                   peak_gflops={k: statistics.median(v) for k, v in peaks.items()},
                   peak_samples=peaks, rows=rows, checks=checks, markdown=table)
-    out = write_results(result, args.out)
+    out = common.write_results(args.out, command, result)
     print(f"\nresults written to {out}")
-    return result
+    return dict(command=command, **result)
 
 
 if __name__ == "__main__":

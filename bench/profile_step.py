@@ -1,4 +1,4 @@
-"""Where a training step goes: op time by category from the TF profiler (issue 13).
+"""Where a training step goes: op time by category from the TF profiler.
 
 For wt2_base (d_model 128, 6 blocks, seq_len 32, mem_len 16, batch 32, 12k
 vocabulary, adaptive softmax 1000,3845) in soft search, hard search and the
@@ -33,11 +33,11 @@ from the step's traced graph (`GradientSums`).
 (wt2_large's vocabulary, d_model 512, 8 blocks, seq_len = mem_len 128, batch
 16); `--precision mixed_bfloat16` any case under that policy.
 
-Usage:
-    python bench/profile_step.py                 # 3 cases, 1-2 minutes
-    python bench/profile_step.py --quick         # smoke check: 3 profiled steps
-    python bench/profile_step.py --cases "hard search" --steps 40
-    python bench/profile_step.py --cases compute-bound --precision mixed_bfloat16 --steps 6
+Usage (from the project root):
+    python -m bench.profile_step                 # 3 cases, 1-2 minutes
+    python -m bench.profile_step --quick         # smoke check: 3 profiled steps
+    python -m bench.profile_step --cases "hard search" --steps 40
+    python -m bench.profile_step --cases compute-bound --precision mixed_bfloat16 --steps 6
 Results: bench/results/profile_step.json and Markdown tables on stdout.
 """
 
@@ -47,24 +47,26 @@ import collections
 import os
 import pathlib
 import statistics
-import sys
 import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from tensorflow.tsl.profiler.protobuf import xplane_pb2  # noqa: E402
 
-import bench_train  # noqa: E402
-from op_categories import (  # noqa: E402
-    CATEGORIES, CLIPPING, OPTIMIZER, OTHER, GradientSums, classify, short_name)
+from bench import bench_train, common  # noqa: E402
+from bench.op_categories import (  # noqa: E402
+    CATEGORIES,
+    CLIPPING,
+    OPTIMIZER,
+    OTHER,
+    GradientSums,
+    classify,
+    short_name,
+)
 
-RESULTS = ROOT / "bench" / "results"
 STEP_MARKER = "profile_step"
 GRAPH_RUN = "KernelAndDeviceFunc::Run"  # a tf.function's graph executing
 PRESET, BATCH_SIZE, SEQ_LEN = "wt2_base", 32, 32
@@ -265,37 +267,33 @@ def _pct(part, whole):
 
 def case_tables(r):
     """Markdown: categories and top op types of one case."""
-    lines = [f"#### {r['name']}", "",
-             f"Step {r['wall_ms']:.1f} ms wall with the profiler (mean of {r['steps']}; median "
-             f"{r['wall_median_ms']:.1f}, without the profiler {r['unprofiled_ms']:.1f}); op time "
-             f"{r['op_ms']:.1f} ms/step summed over the executor threads.", "",
-             "| category | ms/step | % of op time |", "|---|---:|---:|"]
-    for category, value in sorted(r["categories"].items(), key=lambda kv: -kv[1]):
-        lines.append(f"| {category} | {value:.2f} | {_pct(value, r['op_ms'])} |")
-    lines += [f"| **total op time** | **{r['op_ms']:.2f}** | **100.0%** |", "",
-              "| op type (top 15) | ms/step | % of op time | ops/step |", "|---|---:|---:|---:|"]
-    for t in r["top_op_types"]:
-        lines.append(f"| {t['op_type']} | {t['ms']:.2f} | {_pct(t['ms'], r['op_ms'])} | "
-                     f"{t['per_step']:.0f} |")
-    lines += ["", "| node (all blocks together, top 15) | category | ms/step | % of op time |",
-              "|---|---|---:|---:|"]
-    for n in r["top_nodes"]:
-        lines.append(f"| `{n['name']}` | {n['category']} | {n['ms']:.2f} | "
-                     f"{_pct(n['ms'], r['op_ms'])} |")
-    return "\n".join(lines)
+    op_ms = r["op_ms"]
+    categories = [[c, f"{v:.2f}", _pct(v, op_ms)]
+                  for c, v in sorted(r["categories"].items(), key=lambda kv: -kv[1])]
+    categories.append(["**total op time**", f"**{op_ms:.2f}**", "**100.0%**"])
+    return "\n\n".join([
+        f"#### {r['name']}",
+        f"Step {r['wall_ms']:.1f} ms wall with the profiler (mean of {r['steps']}; median "
+        f"{r['wall_median_ms']:.1f}, without the profiler {r['unprofiled_ms']:.1f}); op time "
+        f"{op_ms:.1f} ms/step summed over the executor threads.",
+        common.markdown_table(["category", "ms/step", "% of op time"], categories, "lrr"),
+        common.markdown_table(
+            ["op type (top 15)", "ms/step", "% of op time", "ops/step"],
+            [[t["op_type"], f"{t['ms']:.2f}", _pct(t["ms"], op_ms), f"{t['per_step']:.0f}"]
+             for t in r["top_op_types"]], "lrrr"),
+        common.markdown_table(
+            ["node (all blocks together, top 15)", "category", "ms/step", "% of op time"],
+            [[f"`{n['name']}`", n["category"], f"{n['ms']:.2f}", _pct(n["ms"], op_ms)]
+             for n in r["top_nodes"]], "llrr")])
 
 
 def summary_tables(results):
     """Markdown: categories side by side, and the split of the step's wall time."""
-    head = "| | " + " | ".join(r["label"] for r in results) + " |"
-    rule = "|---|" + "---:|" * len(results)
+    labels, align = [r["label"] for r in results], "l" + "r" * len(results)
     order = sorted(CATEGORIES, key=lambda c: -max(r["categories"][c] / r["op_ms"] for r in results))
-    lines = [head.replace("| |", "| category (ms/step, % of op time) |", 1), rule]
-    for c in order:
-        lines.append(f"| {c} | " + " | ".join(
-            f"{r['categories'][c]:.1f} ({_pct(r['categories'][c], r['op_ms'])})" for r in results)
-            + " |")
-    lines.append("| **op time** | " + " | ".join(f"**{r['op_ms']:.1f}**" for r in results) + " |")
+    categories = [[c] + [f"{r['categories'][c]:.1f} ({_pct(r['categories'][c], r['op_ms'])})"
+                         for r in results] for c in order]
+    categories.append(["**op time**"] + [f"**{r['op_ms']:.1f}**" for r in results])
     rows = [("step wall time, profiled (mean)", "wall_ms"),
             ("step wall time, profiled (median)", "wall_median_ms"),
             ("step wall time, no profiler (median)", "unprofiled_ms"),
@@ -303,20 +301,22 @@ def summary_tables(results):
             ("in the graph run, no op running (executor, idle)", "graph_gap_ms"),
             ("tf.function call outside its graph run (dispatch)", "dispatch_ms"),
             ("rest of train_step (Python, host sync; input is pre-built)", "python_ms")]
-    lines += ["", head.replace("| |", "| step wall time (ms/step, % of profiled wall) |", 1), rule]
-    for label, key in rows:
-        lines.append(f"| {label} | " + " | ".join(
-            f"{r[key]:.1f}" + ("" if key in ("wall_ms", "wall_median_ms", "unprofiled_ms") else
-                               f" ({_pct(r[key], r['wall_ms'])})") for r in results) + " |")
-    lines.append("| op time / time with an op running (ops running at once) | " + " | ".join(
-        f"{r['op_ms'] / r['busy_ms']:.2f}" for r in results) + " |")
+    wall = [[label] + [f"{r[key]:.1f}" + ("" if key in ("wall_ms", "wall_median_ms",
+                                                         "unprofiled_ms")
+                                          else f" ({_pct(r[key], r['wall_ms'])})")
+                       for r in results] for label, key in rows]
+    wall.append(["op time / time with an op running (ops running at once)"]
+                + [f"{r['op_ms'] / r['busy_ms']:.2f}" for r in results])
     shares = [{t: v / r["op_ms"] for t, v in r["op_types"].items()} for r in results]
     types = sorted({t for s in shares for t in list(s)[:8]}, key=lambda t: -max(
         s.get(t, 0) for s in shares))
-    lines += ["", head.replace("| |", "| op type, largest 8 of each (% of op time) |", 1), rule]
-    for t in types:
-        lines.append(f"| {t} | " + " | ".join(f"{100 * s.get(t, 0):.1f}%" for s in shares) + " |")
-    return "\n".join(lines)
+    op_types = [[t] + [f"{100 * s.get(t, 0):.1f}%" for s in shares] for t in types]
+    return "\n\n".join([
+        common.markdown_table(["category (ms/step, % of op time)"] + labels, categories, align),
+        common.markdown_table(["step wall time (ms/step, % of profiled wall)"] + labels, wall,
+                              align),
+        common.markdown_table(["op type, largest 8 of each (% of op time)"] + labels, op_types,
+                              align)])
 
 
 def parse_args(argv):
@@ -332,7 +332,7 @@ def parse_args(argv):
                         help="profiled (and unprofiled timed) steps per case (default 20, quick 3)")
     parser.add_argument("--warmup", type=int, default=None,
                         help="warm-up steps after the tracing step (default 5, quick 1)")
-    parser.add_argument("--out", default=str(RESULTS / "profile_step.json"))
+    parser.add_argument("--out", default=str(common.results_path("profile_step")))
     args = parser.parse_args(argv)
     args.steps = args.steps or (3 if args.quick else 20)
     args.warmup = args.warmup if args.warmup is not None else (1 if args.quick else 5)
@@ -347,14 +347,11 @@ def parse_args(argv):
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = parse_args(argv)
-    command = bench_train.command_line("bench/profile_step.py", argv)
-    print(f"command: {command}", flush=True)
-    load_start = os.getloadavg()
+    args, command = common.start("bench.profile_step", parse_args, argv)
+    load_start = common.loadavg()
     with tempfile.TemporaryDirectory() as workdir:
         results = [profile_case(label, args, workdir) for label in args.labels]
-    load_end = os.getloadavg()
+    load_end = common.loadavg()
     markdown = summary_tables(results) + "\n\n" + "\n\n".join(case_tables(r) for r in results)
     print("\n" + markdown)
     for r in results:
@@ -362,13 +359,13 @@ def main(argv=None):
         if others:
             print(f"\n{r['label']}: largest 'other' ops: " + ", ".join(
                 f"{o['name']} {o['ms']:.2f} ms" for o in others))
-    result = dict(command=command, steps=args.steps, warmup=args.warmup,
-                  machine=bench_train.machine_info(load_start, load_end),
+    result = dict(steps=args.steps, warmup=args.warmup,
+                  machine=common.machine_info(load_start, load_end),
                   categories=CATEGORIES, cases=results, markdown=markdown)
-    out = bench_train.write_results(result, args.out)
+    out = common.write_results(args.out, command, result)
     print(f"\nresults written to {out} (load average {load_start[0]:.1f} at the start, "
           f"{load_end[0]:.1f} at the end)")
-    return result
+    return dict(command=command, **result)
 
 
 if __name__ == "__main__":

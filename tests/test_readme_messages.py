@@ -31,7 +31,8 @@ def _quoted_messages():
 
 def _code_strings():
     strings = []
-    files = [p for p in ROOT.rglob("*.py") if not {"tests", ".git", "bench"} & set(p.parts)]
+    files = [p for p in ROOT.rglob("*.py")
+             if not {"tests", ".git", "bench", "experiments"} & set(p.parts)]
     for path in files:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):

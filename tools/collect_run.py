@@ -1,7 +1,7 @@
 r"""Copies a run's small text artefacts into docs/results/<run name>/ for git.
 
-    python tools/collect_run.py runs/wt2_base_lower_20ep
-    python tools/collect_run.py runs/wt2_base_lower_20ep \
+    python -m tools.collect_run runs/wt2_base_lower_20ep      # from the project root
+    python -m tools.collect_run runs/wt2_base_lower_20ep \
         --console_log=runs/wt2_base_lower_20ep.log   # train.py's output, if kept
 
 Copies config.json, metrics.json, training_log.log, architecture.json,
@@ -26,7 +26,6 @@ import sys
 import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 ARTEFACTS = ("config.json", "metrics.json", "training_log.log", "architecture.json",
              "architecture.txt", "arch_history.json", "spans.png")

@@ -161,8 +161,6 @@ def load_flags(script, definer="auto"):
     if definer == "auto":
         definer = SCRIPTS[script]
     path = ROOT / script
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
     fv = flags.FlagValues()
     global_before = set(flags.FLAGS)
     module_name = "_flags_doc_" + path.stem

@@ -13,7 +13,7 @@ trained with other values of these encodes differently once rebuilt.
 The original PAR implementation's tokenizer (12k unigram, NFKC with case
 folding, `@-@` as a user symbol; its repository's tokenizer/wiki2_12k.vocab):
 
-    python tools/spm_from_vocab.py wiki2_12k.vocab --out=data/raw/par_wiki2_12k.model \
+    python -m tools.spm_from_vocab wiki2_12k.vocab --out=data/raw/par_wiki2_12k.model \
         --normalization=nfkc_cf --user_symbols=@-@ --unk_piece='[UNK]' \
         --bos_piece='[BOS]' --eos_piece='[EOS]' --pad_piece='[PAD]'
 

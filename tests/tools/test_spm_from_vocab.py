@@ -100,10 +100,10 @@ def test_errors_are_one_line_and_write_nothing(trained, tmp_path, capsys):
 
 def test_cli(trained, tmp_path):
     out = tmp_path / "cli.model"
-    done = subprocess.run([sys.executable, str(ROOT / "tools" / "spm_from_vocab.py"),
+    done = subprocess.run([sys.executable, "-m", "tools.spm_from_vocab",
                            str(trained / "m.vocab"), f"--out={out}", "--normalization=nfkc_cf",
                            "--user_symbols=@-@", *SPECIALS],
-                          capture_output=True, text=True, check=False)
+                          cwd=ROOT, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert "800 pieces, nfkc_cf normalization, unk id 3, eos id 2" in done.stdout
 

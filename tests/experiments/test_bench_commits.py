@@ -1,16 +1,13 @@
-"""bench/bench_commits.py: speed of two trees in alternating worker processes."""
+"""experiments/bench_commits.py: speed of two trees in alternating worker processes."""
 
 import json
-import pathlib
 import subprocess
 import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-
-import bench_commits as bc  # noqa: E402
+from bench.common import ROOT
+from experiments import bench_commits as bc
 
 
 def test_summarize_pairs_rounds():
@@ -58,8 +55,8 @@ def test_same_code_on_both_sides_gives_the_same_losses(tmp_path):
     the dropout-free losses of the two workers agree, and both sides are timed."""
     out = tmp_path / "commits.json"
     result = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "bench_commits.py"), "--quick",
-         "--baseline=HEAD", f"--out={out}"],
+        [sys.executable, "-m", "experiments.bench_commits", "--quick", "--baseline=HEAD",
+         f"--out={out}"],
         capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(out.read_text())

@@ -1,15 +1,11 @@
 """bench/bench_generation.py: the --quick run in-process, and its equality check's teeth."""
 
 import json
-import pathlib
-import sys
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "bench"))
-
-import bench_generation as bg  # noqa: E402
+from bench import bench_generation as bg
 
 
 @pytest.mark.slow

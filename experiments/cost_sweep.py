@@ -1,4 +1,4 @@
-"""Cost-aware search sweep: the quality/speed knob of PAR (issue 12, 3).
+"""Cost-aware search sweep: the quality/speed knob of PAR.
 
 For each cost coefficient C of --coefs (README, "Cost-aware search"), one stage
 after another:
@@ -52,22 +52,20 @@ command of its plan (train.py resumes a run found in its model_dir); the
 throughput is measured again only when the networks or its settings change.
 To start over, remove <runs_dir> or pass another.
 
-Usage:
-    ./create_tfrecords.sh                          # data/wikitext2 (12k sentencepiece)
-    python bench/cost_sweep.py --quick             # smoke test: tiny model, ~20 s a stage
-    python bench/cost_sweep.py                     # 2,000 + 2,000 steps a coefficient
-    python bench/cost_sweep.py --coefs=0,0.1,0.5 --search_steps=5000 --retrain_steps=5000
-    python bench/cost_sweep.py --coefs=0 --no_soft --retrain_reference \
+Usage (from the project root):
+    ./create_tfrecords.sh                              # data/wikitext2 (12k sentencepiece)
+    python -m experiments.cost_sweep --quick           # smoke test: tiny model, ~20 s a stage
+    python -m experiments.cost_sweep                   # 2,000 + 2,000 steps a coefficient
+    python -m experiments.cost_sweep --coefs=0,0.1,0.5 --search_steps=5000 --retrain_steps=5000
+    python -m experiments.cost_sweep --coefs=0 --no_soft --retrain_reference \
         --train_flags=--num_blocks=12 --runs_dir=runs/par_claim_12   # PAR's claim, 12 blocks
 Results: bench/results/cost_sweep.json, docs/cost_sweep.png, a table on stdout.
 """
 
-import argparse
 import json
 import math
 import os
 import pathlib
-import platform
 import shlex
 import signal
 import statistics
@@ -76,15 +74,11 @@ import sys
 import tempfile
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+from bench import common  # no TensorFlow, nor the two imports below
+from experiments.compare_families import built_meta, close_killed_attempts, run_status, tail
+from model.transformer_xl.config import transformer_xl_architecture
 
-from compare_families import (  # noqa: E402,I001
-    built_meta, close_killed_attempts, read_json, run_status, tail, write_json)
-from model.transformer_xl.config import transformer_xl_architecture  # noqa: E402  (no TensorFlow)
-
-RESULTS = ROOT / "bench" / "results"
+ROOT = common.ROOT
 BASE_MODEL = ROOT / "base_model.sh"
 PLAN_FILE = "sweep_plan.json"
 LOG_FILE = "train.log"
@@ -166,11 +160,6 @@ def pareto_front(points):
     return front
 
 
-def paired_ratios(reference, samples):
-    """Median over rounds of reference seconds / network seconds (> 1: faster)."""
-    return statistics.median(r / s for r, s in zip(reference, samples))
-
-
 def last_logged(path):
     """The fields of the last line of a training_log.log, or {} (train.py's k=v format)."""
     path = pathlib.Path(path)
@@ -249,20 +238,20 @@ def run_stage(name, max_steps, stage_flags, args):
         plan = dict(name=name, max_steps=max_steps, command=command, attempts=[])
         run_dir.mkdir(parents=True, exist_ok=True)
     else:
-        plan = read_json(run_dir / PLAN_FILE)
+        plan = common.read_json(run_dir / PLAN_FILE)
         if plan["command"] != command:
             print(f"{name}: resuming with the command it was planned with (the flags "
                   f"differ now; remove {run_dir} to plan it again)", flush=True)
     close_killed_attempts(plan, run_dir / LOG_FILE)
     attempt = dict(started=time.time(), seconds=None, returncode=None)
     plan["attempts"].append(attempt)
-    write_json(run_dir / PLAN_FILE, plan)
+    common.write_json(run_dir / PLAN_FILE, plan)
     verb = "resuming" if status == "planned" else "training"
     print(f"{name}: {verb} {plan['max_steps']} steps in {run_dir} (log {run_dir / LOG_FILE})",
           flush=True)
     code, seconds = run_train(plan["command"], run_dir, plan["max_steps"], args.heartbeat)
     attempt.update(seconds=seconds, returncode=code)
-    write_json(run_dir / PLAN_FILE, plan)
+    common.write_json(run_dir / PLAN_FILE, plan)
     if code:
         raise SweepError(f"{name}: train.py failed (exit {code}); it resumes next time. "
                          f"Last lines of {run_dir / LOG_FILE}:\n{tail(run_dir / LOG_FILE)}")
@@ -275,7 +264,7 @@ def run_stage(name, max_steps, stage_flags, args):
 
 def search_summary(run_dir):
     """The derived architecture of a finished search and what led to it."""
-    report = read_json(run_dir / "architecture.json")
+    report = common.read_json(run_dir / "architecture.json")
     if report is None:
         raise SweepError(f"{run_dir} finished without architecture.json (not a supernet run?)")
     expected = last_logged(run_dir / "training_log.log").get("expected_cost")
@@ -287,7 +276,7 @@ def search_summary(run_dir):
 
 def retrain_summary(run_dir):
     """Valid and test metrics of the last checkpoint of a finished retrain."""
-    metrics = read_json(run_dir / "metrics.json")
+    metrics = common.read_json(run_dir / "metrics.json")
     valid, test = metrics["last"]["valid"], metrics["last"]["test"]
     return dict(run_dir=str(run_dir), steps=metrics["step"],
                 valid_perplexity=valid["perplexity"],
@@ -320,16 +309,16 @@ def measure_throughput(retrain_dirs, args):
         sample_seconds=args.sample_seconds, batch_size=first.batch_size,
         seq_len=first.seq_len, precision=args.precision)))
     path = pathlib.Path(args.runs_dir) / THROUGHPUT_FILE
-    cached = read_json(path)
+    cached = common.read_json(path)
     if cached is not None and cached["key"] == key:
         print(f"throughput: read from {path}", flush=True)
         return cached
+    from bench import bench_train  # TensorFlow is imported here, after the training stages
     import pardata.quiet  # noqa: F401  (TensorFlow start-up noise)
-    import bench_train  # TensorFlow is imported here, after the training stages
 
     print(f"throughput: {len(models)} networks ({', '.join(models)}), {args.rounds} "
           f"interleaved rounds of ~{args.sample_seconds:g} s each", flush=True)
-    load_start = os.getloadavg()
+    load_start = common.loadavg()
     with tempfile.TemporaryDirectory(prefix="cost_sweep_") as workdir:
         cases = [bench_train.Case(arch, model, first.batch_size, first.seq_len, args.precision,
                                   workdir, use_trainer=True) for arch, model in models.items()]
@@ -338,14 +327,14 @@ def measure_throughput(retrain_dirs, args):
     tokens = first.batch_size * first.seq_len
     networks = {arch: dict(
         tokens_per_sec=tokens / statistics.median(samples[arch]),
-        vs_reference=paired_ratios(samples[reference], samples[arch]),
+        vs_reference=common.paired_ratio(samples[reference], samples[arch]),
         relative_flops=flops.relative_to_transformer_xl(
             models[arch], arch, first.seq_len, models[arch].mem_len)["total"],
         steps_per_sample=steps[arch], samples_s=samples[arch]) for arch in models}
     result = dict(key=key, reference=reference, networks=networks, step=cases[0].step_kind,
-                  loadavg_start=load_start, loadavg_end=os.getloadavg(),
+                  loadavg_start=load_start, loadavg_end=common.loadavg(),
                   cost_per_block=cost_per_block(first))
-    write_json(path, result)
+    common.write_json(path, result)
     return result
 
 
@@ -406,24 +395,22 @@ def soft_vs_hard(rows):
 
 
 def markdown_table(rows, comparison, command):
-    lines = ["| search | C | architecture | attention:total | FLOPs vs TXL | valid ppl "
-             "| valid word ppl | tokens/s | vs TXL | Pareto |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|---|"]
-
     def num(value, fmt):
         return "" if value is None else format(value, fmt)
 
+    cells = []
     for r in rows:
         retrain = r["retrain"] or {}
-        coef = "" if r["coef"] is None else f"{r['coef']:g}"
-        lines.append(
-            f"| {r['mode']} | {coef} | `{r['architecture']}`"
-            f"{' (untrained)' if r['untrained'] else ''} | {r['attention']['ratio']} | "
-            f"{num(r['relative_flops'], '.3f')} | {num(retrain.get('valid_perplexity'), '.2f')} | "
-            f"{num(retrain.get('valid_word_perplexity'), '.2f')} | "
-            f"{num(r['tokens_per_sec'], ',.0f')} | "
-            f"{num(r['tokens_per_sec_vs_transformer_xl'], '.2f')} | "
-            f"{'yes' if r['pareto'] else ''} |")
+        cells.append([
+            r["mode"], "" if r["coef"] is None else f"{r['coef']:g}",
+            f"`{r['architecture']}`" + (" (untrained)" if r["untrained"] else ""),
+            r["attention"]["ratio"], num(r["relative_flops"], ".3f"),
+            num(retrain.get("valid_perplexity"), ".2f"),
+            num(retrain.get("valid_word_perplexity"), ".2f"), num(r["tokens_per_sec"], ",.0f"),
+            num(r["tokens_per_sec_vs_transformer_xl"], ".2f"), "yes" if r["pareto"] else ""])
+    lines = [common.markdown_table(
+        ["search", "C", "architecture", "attention:total", "FLOPs vs TXL", "valid ppl",
+         "valid word ppl", "tokens/s", "vs TXL", "Pareto"], cells, "lrlrrrrrrl")]
     if comparison:
         lines += ["", f"Soft and hard search at C = 0 derive "
                   f"{'the same architecture' if comparison['same_architecture'] else 'different architectures'}"
@@ -495,13 +482,8 @@ def plot_pareto(rows, reference_tokens_per_sec, path, title, dpi=120):
 # ---------------------------------------------------------------------- main
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line and exit 1, like the other user errors
-        self.exit(1, f"error: {message} (see --help)\n")
-
-
 def parse_args(argv):
-    parser = _Parser(description=__doc__.split("\n")[0])
+    parser = common.Parser(description=__doc__.split("\n")[0])
     parser.add_argument("--coefs", default=DEFAULT_COEFS,
                         help="comma-separated cost coefficients (--search_cost_coef), >= 0")
     parser.add_argument("--search_steps", type=int, default=None,
@@ -544,11 +526,8 @@ def parse_args(argv):
         args.coefs = parse_coefs(args.coefs)
     except ValueError as error:
         parser.error(str(error))
-    defaults = dict(search_steps=(20, 2000), retrain_steps=(20, 2000), rounds=(2, 7),
-                    sample_seconds=(0.2, 2.0))  # (--quick, full)
-    for name, (quick, full) in defaults.items():
-        if getattr(args, name) is None:
-            setattr(args, name, quick if args.quick else full)
+    common.fill_defaults(args, args.quick, search_steps=(20, 2000), retrain_steps=(20, 2000),
+                         rounds=(2, 7), sample_seconds=(0.2, 2.0))
     for name in ("search_steps", "retrain_steps", "rounds"):
         if getattr(args, name) < 1:
             parser.error(f"--{name}={getattr(args, name)} must be >= 1")
@@ -557,7 +536,7 @@ def parse_args(argv):
     suffix = "_quick" if args.quick else ""
     args.runs_dir = args.runs_dir or str(ROOT / "runs" / f"cost_sweep{suffix}")
     args.logs_dir = args.logs_dir or str(ROOT / "logs" / pathlib.Path(args.runs_dir).name)
-    args.out = args.out or str(RESULTS / f"cost_sweep{suffix}.json")
+    args.out = args.out or str(common.results_path(f"cost_sweep{suffix}"))
     args.figure = args.figure or (str(pathlib.Path(args.runs_dir) / "cost_sweep.png")
                                   if args.quick
                                   else str(ROOT / "docs" / "cost_sweep.png"))
@@ -623,14 +602,11 @@ def _terminate(signum, frame):
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = parse_args(argv)
-    command = "python " + shlex.join(["bench/cost_sweep.py"] + argv)
+    args, command = common.start("experiments.cost_sweep", parse_args, argv)
     meta = built_meta(args.data_dir)
     if meta is None:
         return 1
     signal.signal(signal.SIGTERM, _terminate)
-    print(f"command: {command}", flush=True)
     print(f"coefficients {', '.join(f'{c:g}' for c in args.coefs)}: searches of "
           f"{args.search_steps} steps, retrains of {args.retrain_steps}, runs in "
           f"{args.runs_dir}", flush=True)
@@ -642,15 +618,11 @@ def main(argv=None):
     table = markdown_table(rows, comparison, command)
     print(f"\n{table}\n", flush=True)
     reference = throughput["reference"] if throughput else None
-    result = dict(
-        command=command, data_dir=args.data_dir, quick=args.quick, coefs=args.coefs,
+    out = common.write_results(args.out, command, dict(
+        data_dir=args.data_dir, quick=args.quick, coefs=args.coefs,
         search_steps=args.search_steps, retrain_steps=args.retrain_steps,
-        machine=dict(platform=platform.platform(), cpus=os.cpu_count()),
-        wall_s_this_invocation=time.time() - started, rows=rows, soft_vs_hard=comparison,
-        throughput=throughput, failures=failures, markdown=table)
-    out = pathlib.Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_json(out, result)
+        machine=common.machine_info(), wall_s_this_invocation=time.time() - started, rows=rows,
+        soft_vs_hard=comparison, throughput=throughput, failures=failures, markdown=table))
     if throughput:
         pathlib.Path(args.figure).parent.mkdir(parents=True, exist_ok=True)
         plot_pareto(rows, throughput["networks"][reference]["tokens_per_sec"], args.figure,

@@ -1,15 +1,11 @@
 """bench/bench_span.py: adaptive span (learned spans) against a fixed span, on a tiny run."""
 
 import json
-import pathlib
-import sys
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "bench"))
-
-import bench_span as bs  # noqa: E402
+from bench import bench_span as bs
 
 SPANS = [[4.0, 10.0], [30.0, 2.0]]  # tokens, 2 attention layers x 2 heads
 SPAN_MAX, RAMP = 512, 8

@@ -1,4 +1,4 @@
-"""Short real comparison of the model families on WikiText-2 after the same time (issue 9, 4).
+"""Short real comparison of the model families on WikiText-2 after the same time.
 
 For each model (Transformer-XL `--preset=wt2_base --architecture=transformer_xl`,
 SHA-RNN `--model_family=sha_rnn --preset=sha_rnn_wt2`, the plain LSTM
@@ -29,18 +29,16 @@ comparison is at equal training time. --match_params resizes SHA-RNN and the
 LSTM to the Transformer-XL's count (bench/bench_families.py's search; run
 directories get a `_matched` suffix).
 
-Usage:
-    ./create_tfrecords.sh                                  # data/wikitext2
-    python bench/compare_families.py --minutes=10          # about 40 minutes
-    python bench/compare_families.py --minutes=10 --models=lstm   # one model
+Usage (from the project root):
+    ./create_tfrecords.sh                                        # data/wikitext2
+    python -m experiments.compare_families --minutes=10          # about 40 minutes
+    python -m experiments.compare_families --minutes=10 --models=lstm   # one model
 Results: bench/results/compare_families.json and a Markdown table on stdout.
 """
 
 import argparse
-import json
 import os
 import pathlib
-import platform
 import shlex
 import shutil
 import statistics
@@ -49,10 +47,10 @@ import sys
 import tempfile
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench import common
 
-RESULTS = ROOT / "bench" / "results"
+ROOT = common.ROOT
+
 PLAN_FILE = "compare_plan.json"
 LOG_FILE = "train.log"
 # Name -> (label, train.py flags that choose the model).
@@ -108,8 +106,8 @@ def run_status(run_dir, plan_file=PLAN_FILE):
     plan (its max_steps is unknown), which it will neither read nor resume.
     `plan_file` names the plan (a dict with "max_steps") in run_dir.
     """
-    plan = read_json(run_dir / plan_file)
-    metrics = read_json(run_dir / "metrics.json")
+    plan = common.read_json(run_dir / plan_file)
+    metrics = common.read_json(run_dir / "metrics.json")
     if plan is None:
         return "foreign" if (run_dir / "config.json").exists() else "new"
     if metrics is not None and metrics.get("step", -1) >= plan["max_steps"]:
@@ -117,28 +115,14 @@ def run_status(run_dir, plan_file=PLAN_FILE):
     return "planned"
 
 
-def read_json(path):
-    path = pathlib.Path(path)
-    if not path.exists():
-        return None
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
 def built_meta(data_dir):
     """meta.json of the dataset built in `data_dir`, or None after printing the error."""
-    meta = read_json(pathlib.Path(data_dir) / "meta.json")
+    meta = common.read_json(pathlib.Path(data_dir) / "meta.json")
     if meta is None:
         print(f"error: no built dataset in --data_dir={data_dir} (meta.json missing): run "
               "./create_tfrecords.sh (12k sentencepiece WikiText-2) or pass --data_dir",
               file=sys.stderr)
     return meta
-
-def write_json(path, value):
-    """Writes JSON atomically (a temporary file renamed)."""
-    path = pathlib.Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
 
 
 # ------------------------------------------------------------------- running
@@ -180,7 +164,7 @@ def tail(path, lines=15):
     return "\n".join(text[-lines:])
 
 
-def calibrate(name, model_flags, args, tokens_per_step, common):
+def calibrate(name, model_flags, args, tokens_per_step, shared_flags):
     """Median seconds per training step of `name` on the real data (a scratch run)."""
     from training.loop import read_training_log
 
@@ -189,7 +173,7 @@ def calibrate(name, model_flags, args, tokens_per_step, common):
         scratch = pathlib.Path(scratch)
         command = train_command(
             model_flags, args.data_dir, scratch / "run", scratch / "logs",
-            [*common, f"--max_steps={steps}", "--log_interval=1", "--eval_max_records=1",
+            [*shared_flags, f"--max_steps={steps}", "--log_interval=1", "--eval_max_records=1",
              "--checkpoint_interval=0"])
         code, seconds = run_logged(command, scratch / LOG_FILE)
         if code:
@@ -227,15 +211,15 @@ def prepare_and_run(name, args, meta, matched):
             "--runs_dir")
     tokens_per_step = meta["batch_size"] * meta["seq_len"]
     model_flags = model_flags_for(name, args, matched)
-    common = [f"--precision={args.precision}", *shlex.split(args.train_flags)]
+    shared_flags = [f"--precision={args.precision}", *shlex.split(args.train_flags)]
     fresh = status == "new"
     if fresh:
         print(f"{name}: calibrating ({args.calibration_warmup} + {args.calibration_steps} steps)",
               flush=True)
-        seconds_per_step = calibrate(name, model_flags, args, tokens_per_step, common)
+        seconds_per_step = calibrate(name, model_flags, args, tokens_per_step, shared_flags)
         max_steps = plan_steps(args.minutes, seconds_per_step)
         interval = max(1, max_steps // args.evaluations)
-        run_flags = [*common, f"--max_steps={max_steps}", f"--eval_interval={interval}",
+        run_flags = [*shared_flags, f"--max_steps={max_steps}", f"--eval_interval={interval}",
                      f"--checkpoint_interval={interval}",
                      f"--log_interval={max(1, min(100, max_steps // 20))}"]
         plan = dict(model=name, label=MODELS[name][0], minutes=args.minutes,
@@ -247,9 +231,9 @@ def prepare_and_run(name, args, meta, matched):
         if args.overwrite and run_dir.exists():
             shutil.rmtree(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
-        write_json(run_dir / PLAN_FILE, plan)
+        common.write_json(run_dir / PLAN_FILE, plan)
     else:
-        plan = read_json(run_dir / PLAN_FILE)
+        plan = common.read_json(run_dir / PLAN_FILE)
         if plan["minutes"] != args.minutes:
             print(f"{name}: resuming the plan of {plan['minutes']} minutes "
                   f"(--minutes={args.minutes} ignored; --overwrite to replan)")
@@ -261,10 +245,10 @@ def prepare_and_run(name, args, meta, matched):
     close_killed_attempts(plan, run_dir / LOG_FILE)
     attempt = dict(started=time.time(), seconds=None, returncode=None)
     plan["attempts"].append(attempt)
-    write_json(run_dir / PLAN_FILE, plan)  # a killed attempt keeps its start time
+    common.write_json(run_dir / PLAN_FILE, plan)  # a killed attempt keeps its start time
     code, seconds = run_logged(command, run_dir / LOG_FILE)
     attempt.update(seconds=seconds, returncode=code)
-    write_json(run_dir / PLAN_FILE, plan)
+    common.write_json(run_dir / PLAN_FILE, plan)
     if code:
         raise CompareError(f"{name}: train.py failed (exit {code}); the run resumes next time. "
                            f"Last lines of {run_dir / LOG_FILE}:\n{tail(run_dir / LOG_FILE)}")
@@ -277,13 +261,13 @@ def prepare_and_run(name, args, meta, matched):
 
 def run_row(name, run_dir, meta):
     """One table row from a finished run directory."""
-    from bench_families import count_params, describe
+    from bench.bench_families import count_params, describe
     from training.config import TrainConfig
     from training.loop import read_training_log
 
-    plan = read_json(run_dir / PLAN_FILE)
+    plan = common.read_json(run_dir / PLAN_FILE)
     close_killed_attempts(plan, run_dir / LOG_FILE)
-    metrics = read_json(run_dir / "metrics.json")
+    metrics = common.read_json(run_dir / "metrics.json")
     config = TrainConfig.load(str(run_dir))
     tokens_per_step = config.batch_size * config.seq_len
     rows = read_training_log(run_dir / "training_log.log")
@@ -306,22 +290,20 @@ def run_row(name, run_dir, meta):
 
 
 def markdown_table(rows, command):
-    lines = ["| model | params | shape | valid bpb | valid ppl | valid word ppl | steps "
-             "| budget min | train min | wall min | tokens/s |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        tps = f"{r['tokens_per_sec']:,.0f}" if r["tokens_per_sec"] else ""
-        lines.append(
-            f"| {r['label']} | {r['params']:,} | {r['shape']} | {r['valid_bits_per_byte']:.4f} | "
-            f"{r['valid_perplexity']:.2f} | {r['valid_word_perplexity']:.2f} | {r['steps']:,} | "
-            f"{r['minutes']:g} | {r['train_s'] / 60:.1f} | {r['wall_s'] / 60:.1f} | {tps} |")
-    lines += ["", (
+    table = common.markdown_table(
+        ["model", "params", "shape", "valid bpb", "valid ppl", "valid word ppl", "steps",
+         "budget min", "train min", "wall min", "tokens/s"],
+        [[r["label"], f"{r['params']:,}", r["shape"], f"{r['valid_bits_per_byte']:.4f}",
+          f"{r['valid_perplexity']:.2f}", f"{r['valid_word_perplexity']:.2f}", f"{r['steps']:,}",
+          f"{r['minutes']:g}", f"{r['train_s'] / 60:.1f}", f"{r['wall_s'] / 60:.1f}",
+          f"{r['tokens_per_sec']:,.0f}" if r["tokens_per_sec"] else ""] for r in rows],
+        "lrlrrrrrrrr")
+    return table + "\n\n" + (
         "Metrics of the last checkpoint on the whole valid split. budget min: the --minutes "
         "the run's max_steps was planned for; train min: time in training "
         "steps (training_log.log); wall min: the train.py process, with start-up, evaluations "
         "and checkpoints; tokens/s: median of the logged intervals after the first. "
-        f"Command: `{command}`")]
-    return "\n".join(lines)
+        f"Command: `{command}`")
 
 
 def parse_args(argv):
@@ -349,7 +331,7 @@ def parse_args(argv):
                         help="resize SHA-RNN and the LSTM to the Transformer-XL's parameter count")
     parser.add_argument("--overwrite", action="store_true",
                         help="calibrate, plan and train the chosen models again from scratch")
-    parser.add_argument("--out", default=str(RESULTS / "compare_families.json"))
+    parser.add_argument("--out", default=str(common.results_path("compare_families")))
     args = parser.parse_args(argv)
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = [m for m in args.models if m not in MODELS]
@@ -366,8 +348,7 @@ def parse_args(argv):
 
 def matched_flags(meta):
     """train.py flags resizing SHA-RNN and the LSTM to wt2_base's parameter count."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    from bench_families import describe, matched_configs
+    from bench.bench_families import describe, matched_configs
 
     _, matched = matched_configs("wt2_base", "sha_rnn_wt2", "lstm_wt2",
                                  vocab_size=meta["vocab_size"])
@@ -381,14 +362,10 @@ def matched_flags(meta):
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = parse_args(argv)
-    command = "python " + shlex.join([sys.argv[0]] + argv)
-    print(f"command: {command}", flush=True)
+    args, command = common.start("experiments.compare_families", parse_args, argv)
     meta = built_meta(args.data_dir)
     if meta is None:
         return 1
-    sys.path.insert(0, str(ROOT / "bench"))
     matched = matched_flags(meta) if args.match_params else None
     run_dirs, failures = {}, []
     for name in args.models:
@@ -401,12 +378,9 @@ def main(argv=None):
     if rows:
         table = markdown_table(rows, command)
         print(f"\n{table}")
-        result = dict(command=command, data_dir=args.data_dir, minutes=args.minutes,
-                      machine=dict(platform=platform.platform(), cpus=os.cpu_count()),
-                      rows=rows, failures=failures, markdown=table)
-        out = pathlib.Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        write_json(out, result)
+        out = common.write_results(args.out, command, dict(
+            data_dir=args.data_dir, minutes=args.minutes, machine=common.machine_info(),
+            rows=rows, failures=failures, markdown=table))
         print(f"\nresults written to {out}")
     return 1 if failures else 0
 

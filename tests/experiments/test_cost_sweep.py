@@ -1,17 +1,14 @@
-"""bench/cost_sweep.py: its pure parts against hand-computed values, its argument checks, and
+"""experiments/cost_sweep.py: its pure parts against hand-computed values, its argument checks, and
 the whole pipeline in --quick mode on a tiny build (search, retrain, throughput, results,
 figure, then a second invocation that only reads)."""
 
 import json
 import math
-import pathlib
-import sys
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "bench"))
-
-import cost_sweep as cs  # noqa: E402
+from bench import common
+from experiments import cost_sweep as cs
 
 
 def test_parse_coefs_keeps_the_order_and_refuses_bad_entries():
@@ -55,7 +52,7 @@ def test_pareto_front_by_hand():
 
 
 def test_paired_ratios_and_last_logged(tmp_path):
-    assert cs.paired_ratios([2.0, 3.0, 4.0], [1.0, 1.0, 4.0]) == 2.0  # median of 2, 3, 1
+    assert common.paired_ratio([2.0, 3.0, 4.0], [1.0, 1.0, 4.0]) == 2.0  # median of 2, 3, 1
     log = tmp_path / "training_log.log"
     assert cs.last_logged(log) == {}
     log.write_text("step=10 loss=5.5 tokens_per_sec=100.0\nstep=20 loss=5.0 "

@@ -1,24 +1,23 @@
-"""Training-step speed of this tree against an earlier commit, in one run (issue 13).
+"""Training-step speed of this tree against an earlier commit, in one run.
 
-Each side runs in its own worker process (its own `model/` and `training/`
-code): the baseline commit is exported with `git archive` into a temporary
-directory, the candidate is this working tree (or another commit). Both
-workers build the same cases with their tree's `bench/bench_train.py`
-(`Case`: the trainer's real `train_step`, Zipf token ids, frozen
-architecture logits) and warm them up; then the driver samples them in
-alternating order (A B, B A, ...) for `--rounds` rounds, so that load from
-other processes hits both alike, and reports the median tokens/s of each and
-the median of the per-round ratios.
+Each side runs in its own worker process (experiments/bench_commits_worker.py) with its
+own `model/` and `training/` code: the baseline commit is exported with `git archive`
+into a temporary directory, the candidate is this working tree (or another commit). Both
+workers build the same cases with their tree's `bench/bench_train.py` (`Case`: the
+trainer's real `train_step`, Zipf token ids, frozen architecture logits), whichever layout
+the commit has, and warm them up; then the driver samples them in alternating order
+(A B, B A, ...) for `--rounds` rounds, so that load from other processes hits both alike,
+and reports the median tokens/s of each and the median of the per-round ratios.
 
 `--check_steps N` first runs every case for N steps from the same
 initialisation with dropout off in both trees and reports the largest
-relative difference of the losses (issue 13: the loss curve must not change
+relative difference of the losses (a speed change must not change the loss curve
 beyond float rounding, 1e-4 relative).
 
-Usage:
-    python bench/bench_commits.py --baseline a07faa5 --rounds 7 --check_steps 50
-    python bench/bench_commits.py --only "soft search float32" --rounds 3
-    python bench/bench_commits.py --quick     # smoke check, seconds of sampling
+Usage (from the project root):
+    python -m experiments.bench_commits --baseline a07faa5 --rounds 7 --check_steps 50
+    python -m experiments.bench_commits --only "soft search float32" --rounds 3
+    python -m experiments.bench_commits --quick     # smoke check, seconds of sampling
 Results: bench/results/bench_commits.json and a Markdown table on stdout.
 """
 
@@ -27,15 +26,18 @@ import json
 import math
 import os
 import pathlib
-import shlex
-import statistics
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
+from bench import common
+from experiments.bench_commits_worker import REPLY_PREFIX  # only the standard library
+
+ROOT = common.ROOT
+WORKER = "experiments.bench_commits_worker"
+WORKER_FILE = pathlib.Path(__file__).with_name("bench_commits_worker.py")
 
 # (label, preset overrides): the wt2_base cases of bench_train.py. A tree
 # without --hard_gradient builds "hard search chosen-only" as its plain hard
@@ -52,92 +54,17 @@ CASES = [
 PRECISIONS = ("float32", "mixed_bfloat16")
 
 
-# ----------------------------------------------------------------- the worker
-
-def worker(tree, specs):
-    """Serves one tree: builds its cases, then answers commands on stdin.
-
-    Commands (one JSON object per line): {"op": "run", "case": name,
-    "steps": n} -> {"seconds": per step}; {"op": "losses", "case": name,
-    "steps": n} -> {"losses": [...]} from a fresh dropout-free case;
-    {"op": "quit"}.
-    """
-    here = str(pathlib.Path(__file__).resolve().parent)
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
-    sys.path.insert(0, tree)
-    os.chdir(tree)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    try:
-        from bench import bench_train  # this tree's
-        from model.transformer_xl.presets import preset_config
-    except ImportError as error:
-        reply({"fatal": f"{tree} has no usable bench/bench_train.py or model/transformer_xl/presets.py "
-                        f"({error}); choose a newer commit"})
-        return
-
-    workdir = tempfile.mkdtemp(prefix="bench_commits_")
-    cases, errors = {}, {}
-
-    def build(name, overrides, precision, extra=None):
-        config = preset_config("wt2_base", **dict(overrides, **(extra or {})))
-        return bench_train.Case(name, config, 32, 32, precision, workdir, True)
-
-    notes = {}
-    for index, (name, overrides, precision) in enumerate(specs):
-        try:
-            try:
-                cases[name] = build(name, overrides, precision)
-            except (TypeError, ValueError) as error:
-                # Trees before --hard_gradient had only the chosen-only estimator.
-                unknown = "['hard_gradient']" in str(error)  # "unknown ModelConfig field(s) [...]"
-                if overrides.get("hard_gradient") != "chosen" or not unknown:
-                    raise
-                overrides = {k: v for k, v in overrides.items() if k != "hard_gradient"}
-                specs[index] = (name, overrides, precision)
-                cases[name] = build(name, overrides, precision)
-                notes[name] = "no --hard_gradient in this tree: its hard search is chosen-only"
-                plain = name.replace("hard search chosen-only", "hard search")
-                if any(spec[0] == plain for spec in specs):
-                    notes[plain] = ("no --hard_gradient in this tree: this is the chosen-only "
-                                    "estimator, not the default of later trees")
-            cases[name].run(2)  # trace and warm up
-        except (TypeError, ValueError) as error:  # a field this tree does not have
-            errors[name] = f"{type(error).__name__}: {error}"
-    reply({"ready": sorted(cases), "errors": errors, "notes": notes})
-    for line in sys.stdin:
-        command = json.loads(line)
-        if command["op"] == "quit":
-            break
-        name = command["case"]
-        if command["op"] == "run":
-            reply({"seconds": cases[name].run(command["steps"])})
-        elif command["op"] == "losses":
-            spec = next(s for s in specs if s[0] == name)
-            case = build(name + " check", spec[1], spec[2],
-                         extra=dict(dropout=0.0, attn_dropout=0.0))
-            losses = []
-            for step in range(command["steps"]):
-                inputs, targets = case.batches[step % len(case.batches)]
-                losses.append(float(case.step_fn(inputs, targets)))
-            reply({"losses": losses})
-
-
-def reply(obj):
-    sys.stdout.write("@@" + json.dumps(obj) + "\n")
-    sys.stdout.flush()
-
-
 # ----------------------------------------------------------------- the driver
 
 class Worker:
-    """A worker process of one tree, driven over pipes."""
+    """The worker process of one tree (`python -m experiments.bench_commits_worker` run from
+    the tree's root, which is also its only PYTHONPATH entry), driven over pipes."""
 
     def __init__(self, label, tree, specs, env):
         self.label, self.tree = label, tree
-        command = [sys.executable, str(pathlib.Path(__file__).resolve()), "--worker", tree,
-                   "--specs", json.dumps(specs)]
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        text=True, env=env, cwd=tree)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", WORKER, "--specs", json.dumps(specs)], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, text=True, env=dict(env, PYTHONPATH=str(tree)), cwd=tree)
 
     def read(self):
         while True:
@@ -145,8 +72,8 @@ class Worker:
             if not line:
                 raise SystemExit(f"error: the worker of {self.label} ({self.tree}) exited with "
                                  f"status {self.process.wait()}; its traceback is above")
-            if line.startswith("@@"):
-                message = json.loads(line[2:])
+            if line.startswith(REPLY_PREFIX):
+                message = json.loads(line[len(REPLY_PREFIX):])
                 if "fatal" in message:
                     raise SystemExit(f"error: {self.label}: {message['fatal']}")
                 return message
@@ -167,7 +94,8 @@ class Worker:
 
 
 def export_commit(commit, directory):
-    """Writes the tree of `commit` (this repository) into `directory`."""
+    """Writes the tree of `commit` (this repository) into `directory`, with this driver's
+    worker module (the commit's own, if it has one, may speak another protocol)."""
     try:
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit],
                                  check=True, capture_output=True).stdout
@@ -175,6 +103,9 @@ def export_commit(commit, directory):
         raise SystemExit(f"--baseline/--candidate: git archive {commit!r} failed: "
                          f"{error.stderr.decode().strip()}") from None
     subprocess.run(["tar", "-x", "-C", str(directory)], input=archive, check=True)
+    target = pathlib.Path(directory) / "experiments" / WORKER_FILE.name
+    target.parent.mkdir(exist_ok=True)  # a namespace package where the commit has none
+    shutil.copyfile(WORKER_FILE, target)
 
 
 def resolve(commit):
@@ -209,9 +140,7 @@ def parse_args(argv):
                         help="compare N dropout-free losses of both trees first (0: skip)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke check: transformer_xl only, 2 short rounds, 3 check steps")
-    parser.add_argument("--out", default=str(RESULTS / "bench_commits.json"))
-    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--specs", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--out", default=str(common.results_path("bench_commits")))
     args = parser.parse_args(argv)
     if args.quick:
         args.only = args.only or "transformer_xl afafaf float32"
@@ -252,36 +181,31 @@ def summarize(names, samples, labels):
     rows = []
     for name in names:
         a, b = samples[name][labels[0]], samples[name][labels[1]]
+        paired = common.paired_medians(a, b)  # seconds: a / b is B's speed over A's
         rows.append(dict(
             case=name,
-            tokens_per_sec={labels[0]: 1024 / statistics.median(a),
-                            labels[1]: 1024 / statistics.median(b)},
-            ratio=statistics.median(x / y for x, y in zip(a, b)),  # B speed / A speed
-            ratio_range=[min(x / y for x, y in zip(a, b)), max(x / y for x, y in zip(a, b))],
+            tokens_per_sec={labels[0]: 1024 / paired["median_a"],
+                            labels[1]: 1024 / paired["median_b"]},
+            ratio=paired["ratio"], ratio_range=paired["ratio_range"],
             seconds_per_step={labels[0]: a, labels[1]: b}))
     return rows
 
 
 def markdown(rows, labels, checks, command):
-    lines = [f"| wt2_base, `Trainer.train_step` | {labels[0]} tokens/s | {labels[1]} tokens/s "
-             "| B / A (paired median) | range | max rel. loss diff |",
-             "|---|---:|---:|---:|---:|---:|"]
-    for row in rows:
-        diff = checks.get(row["case"])
-        lines.append(f"| {row['case']} | {row['tokens_per_sec'][labels[0]]:,.0f} | "
-                     f"{row['tokens_per_sec'][labels[1]]:,.0f} | **{row['ratio']:.2f}x** | "
-                     f"{row['ratio_range'][0]:.2f}-{row['ratio_range'][1]:.2f} | "
-                     + ("" if diff is None else f"{diff:.1e}") + " |")
-    return "\n".join(lines) + f"\n\n`{command}`"
+    table = common.markdown_table(
+        ["wt2_base, `Trainer.train_step`", f"{labels[0]} tokens/s", f"{labels[1]} tokens/s",
+         "B / A (paired median)", "range", "max rel. loss diff"],
+        [[row["case"], f"{row['tokens_per_sec'][labels[0]]:,.0f}",
+          f"{row['tokens_per_sec'][labels[1]]:,.0f}", f"**{row['ratio']:.2f}x**",
+          f"{row['ratio_range'][0]:.2f}-{row['ratio_range'][1]:.2f}",
+          "" if checks.get(row["case"]) is None else f"{checks[row['case']]:.1e}"]
+         for row in rows],
+        "lrrrrr")
+    return table + f"\n\n`{command}`"
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = parse_args(argv)
-    if args.worker is not None:
-        return worker(args.worker, [tuple(s) for s in json.loads(args.specs)])
-    command = "python bench/bench_commits.py " + " ".join(shlex.quote(a) for a in argv)
-    print(f"command: {command}", flush=True)
+    args, command = common.start("experiments.bench_commits", parse_args, argv)
     specs = case_specs(args)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONHASHSEED="0")
     with tempfile.TemporaryDirectory(prefix="bench_commits_trees_") as scratch:
@@ -301,7 +225,7 @@ def main(argv=None):
             trees[label] = str(tree)
             envs[label] = dict(env, **dict(item.split("=", 1) for item in extra))
         labels = list(trees)
-        load_start = os.getloadavg()
+        load_start = common.loadavg()
         t0 = time.perf_counter()
         workers = [Worker(label, tree, specs, envs[label]) for label, tree in trees.items()]
         try:
@@ -330,30 +254,25 @@ def main(argv=None):
             samples = {name: {label: [] for label in labels} for name in names}
             for r in range(args.rounds):
                 for name in names:
-                    order = workers if r % 2 == 0 else workers[::-1]
-                    for w in order:
+                    for w in common.round_order(workers, r, "alternate"):
                         samples[name][w.label].append(
                             w.ask(op="run", case=name, steps=steps[name])["seconds"])
                 print(f"round {r + 1}/{args.rounds} done", flush=True)
         finally:
             for w in workers:
                 w.close()
-        load_end = os.getloadavg()
+        load_end = common.loadavg()
     rows = summarize(names, samples, labels)
     table = markdown(rows, labels, checks, command)
     print("\n" + table)
-    result = dict(command=command, sides=labels, rounds=args.rounds, steps_per_sample=steps,
+    result = dict(sides=labels, rounds=args.rounds, steps_per_sample=steps,
                   notes={w.label: r["notes"] for w, r in zip(workers, ready)},
-                  loadavg=[load_start, load_end], cpus=os.cpu_count(), rows=rows,
+                  machine=common.machine_info(load_start, load_end), rows=rows,
                   loss_check={"steps": args.check_steps, "max_relative_difference": checks},
                   markdown=table)
-    out = pathlib.Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    tmp.replace(out)
+    out = common.write_results(args.out, command, result)
     print(f"\nresults written to {out}")
-    return result
+    return dict(command=command, **result)
 
 
 if __name__ == "__main__":

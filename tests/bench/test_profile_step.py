@@ -1,15 +1,11 @@
 """bench/op_categories.py on node names seen in real traces; bench/profile_step.py --quick."""
 
 import json
-import pathlib
-import sys
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "bench"))
-
-import op_categories as oc  # noqa: E402
-import profile_step as ps  # noqa: E402
+from bench import op_categories as oc
+from bench import profile_step as ps
 
 CALL = "StatefulPartitionedCall"
 TXL = f"{CALL}/transformer_xllm_1"
