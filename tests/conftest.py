@@ -32,6 +32,18 @@ def wikitext2_root(tmp_path_factory) -> pathlib.Path:
     return root
 
 
+@pytest.fixture(autouse=True)
+def _restore_absl_verbosity():
+    """A test that runs an entry script's main in this process (optimal_cuts, benchmarks)
+    may lower absl's verbosity for the rest of the session: put it back after each test."""
+    from absl import logging
+
+    absl_logger = logging.get_absl_logger()
+    level = absl_logger.level  # NOTSET unless something set a verbosity
+    yield
+    absl_logger.setLevel(level)
+
+
 @pytest.fixture(scope="session")
 def project_root() -> pathlib.Path:
     return PROJECT_ROOT
