@@ -11,7 +11,10 @@ BEST_STEP, LATEST_STEP = 7, 9
 
 
 def build_data(root, wikitext2_root, tokenizer="word"):
-    """A tiny build (B 4, T 16) of a slice of WikiText-2 valid; returns its directory."""
+    """A tiny build (B 4, T 16) of a slice of WikiText-2 valid; returns its directory.
+
+    Vocabulary: 256 words, 300 sentencepiece pieces, or the 256 bytes.
+    """
     import data_utils
 
     with open(wikitext2_root / "wikitext-2" / "wiki.valid.tokens", encoding="utf-8") as f:
@@ -24,7 +27,8 @@ def build_data(root, wikitext2_root, tokenizer="word"):
     data_utils.build_dataset(data_utils.BuildConfig(
         dataset="text", output_dir=str(out), train_file=str(files["train"]),
         valid_file=str(files["valid"]), test_file=str(files["test"]), tokenizer=tokenizer,
-        vocab_size=256 if tokenizer == "word" else 0, batch_size=4, seq_len=16))
+        vocab_size={"word": 256, "sentencepiece": 300}.get(tokenizer, 0), batch_size=4,
+        seq_len=16))
     return out
 
 
