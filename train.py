@@ -289,7 +289,7 @@ def config_summary(config):
 
 def main(argv):
     import data_utils
-    from training.loop import NonFiniteError, train
+    from training.loop import NonFiniteError, run_summary, train
 
     if len(argv) > 1:
         print(f"error: unexpected arguments {argv[1:]}; all options are --flags",
@@ -298,10 +298,11 @@ def main(argv):
     try:
         config, overwrite = config_from_flags(flags.FLAGS)
         logging.info("%s", config_summary(config))
-        train(config, overwrite=overwrite)
+        results = train(config, overwrite=overwrite)
     except (ConfigError, data_utils.DataError, NonFiniteError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
+    print(run_summary(config, results))
     return 0
 
 
