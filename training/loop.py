@@ -26,7 +26,8 @@ import data_utils
 from training import checkpoint as checkpoint_lib
 from training import metrics, run_lock, summaries
 from training import strategy as strategy_lib
-from training.config import ConfigError, check_data, check_replicas, check_resume
+from training.config import (ConfigError, check_data, check_model_dir, check_replicas,
+                             check_resume)
 from training.trainer import Trainer
 
 TRAINING_LOG = "training_log.log"
@@ -145,6 +146,7 @@ def train(config, callbacks=None, *, strategy=None, overwrite=False):
         NonFiniteError: the loss or a gradient became non-finite.
     """
     callbacks = list(callbacks or [])
+    check_model_dir(config)
     if strategy is None:
         strategy = strategy_lib.make_strategy(config.strategy, config.num_cpu_replicas, config.tpu)
     if config.deterministic:
@@ -414,7 +416,7 @@ def _retrain_flags(config):
     preset = get_family(config.model_family).preset_config(
         config.preset, vocab_size=config.model.vocab_size)
     for name, value in config.model.to_dict().items():
-        if name in ("architecture", "vocab_size", "num_blocks") or value == getattr(
+        if name in ("architecture", "vocab_size") or value == getattr(
                 preset, name) or _flag_value(value) == _flag_value(getattr(preset, name)):
             continue
         if isinstance(value, bool):
