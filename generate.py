@@ -10,8 +10,8 @@ tokenizer.
 Usage:
     python3 generate.py --model=pretrained/wt2_base.keras --prompt="The game" --seed=1
     python3 generate.py --model_dir=runs/search --prompt="The game" --num_tokens=50
-    python3 generate.py --model_dir=runs/search --prompt_file=prompt.txt \
-        --top_p=0.9 --temperature=0.8 --seed=1 --num_samples=3
+    echo "The game was released in" | python3 generate.py --model_dir=runs/search \
+        --prompt_file=- --top_p=0.9 --temperature=0.8 --seed=1 --num_samples=3
     python3 generate.py --model_dir=runs/search --prompt="The game" --greedy
 
 `--model` takes a `.keras` file written by export.py: the model, its tokenizer
@@ -46,7 +46,7 @@ flags.DEFINE_string("checkpoint", "best", "--model_dir only: best (best on valid
 flags.DEFINE_string("prompt", "", "Text to continue; empty starts at a line start (<eos>), "
                     "which a --nosp_eos build does not have.")
 flags.DEFINE_string("prompt_file", None, "UTF-8 file whose content is the prompt (instead "
-                    "of --prompt).")
+                    "of --prompt); - reads standard input.")
 flags.DEFINE_integer("num_tokens", 100, "Tokens to generate per sample (>= 1).")
 flags.DEFINE_float("temperature", 1.0, "Divides the log-probabilities (> 0; < 1 is more "
                    "conservative).")
@@ -76,8 +76,11 @@ def _read_prompt():
     if FLAGS.prompt:
         raise FlagError("give either --prompt or --prompt_file, not both")
     try:
-        with open(FLAGS.prompt_file, "rb") as f:
-            data = f.read()
+        if FLAGS.prompt_file == "-":
+            data = sys.stdin.buffer.read()
+        else:
+            with open(FLAGS.prompt_file, "rb") as f:
+                data = f.read()
     except OSError as error:
         raise FlagError(
             f"cannot read --prompt_file={FLAGS.prompt_file}: {error.strerror}") from None

@@ -149,6 +149,14 @@ def test_exports_alone_reproduce_the_run(tmp_path, wikitext2_root, cli_cases):
         assert clean[name]["keras_ids"] == expected_ids[name], name
         assert clean[name]["saved_ids"] == expected_ids[name], name
         assert clean[name]["saved_text"] == texts, name
+    # The prompt can come from standard input (--prompt_file=-), no prompt file needed.
+    name = "transformer_xl-sentencepiece"
+    piped = subprocess.run(
+        [sys.executable, "generate.py", f"--model={cases[name]['keras']}", "--prompt_file=-",
+         *_flags(cases[name]["options"])], input=PROMPT, cwd=PROJECT_ROOT, capture_output=True,
+        text=True, timeout=600, env=dict(os.environ, PYTHONPATH=str(PROJECT_ROOT),
+                                         TF_CPP_MIN_LOG_LEVEL="2"))
+    assert piped.returncode == 0 and piped.stdout == by_dir[name][1], piped.stderr[-2000:]
     # The seeds matter: the sampled rows differ.
     assert any(ids[0] != ids[1] for name, ids in expected_ids.items()
                if not cases[name]["options"]["greedy"])
