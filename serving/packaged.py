@@ -30,6 +30,7 @@ tokenizer: `load_package` refuses it with the command that re-exports it.
 import dataclasses
 import json
 import os
+import re
 import zipfile
 
 import keras
@@ -183,8 +184,9 @@ def _sanitized_run_config(config):
 
 
 def _checkpoint_step(path):
-    name = os.path.basename(path)
-    return int(name.rsplit("-", 1)[1]) if name.rsplit("-", 1)[-1].isdigit() else None
+    """The step of a `ckpt-<step>` prefix, or None."""
+    match = re.search(r"ckpt-(\d+)$", os.path.basename(path))
+    return int(match.group(1)) if match else None
 
 
 def package_run(run, dtype="float32"):
@@ -212,7 +214,7 @@ def package_run(run, dtype="float32"):
         lm = stored
     if run.meta is None:
         raise ValueError("the run has no meta.json (Run.meta) to package")
-    if run.package:
+    if run.package is not None:
         source = dict(run.package.source)
     else:
         source = {"run": os.path.basename(os.path.normpath(run.model_dir or run.config.model_dir)),
