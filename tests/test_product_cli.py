@@ -24,7 +24,9 @@ def _check_errors(results, cases):
 
 
 def _listing(*paths):
-    return {str(p): sorted(os.listdir(p)) for p in paths}
+    """Entries of each directory (not Python's byte-code caches, not hidden files)."""
+    return {str(p): sorted(n for n in os.listdir(p) if n != "__pycache__" and n[0] != ".")
+            for p in paths}
 
 
 @pytest.fixture(scope="module")
