@@ -8,7 +8,9 @@
 #   dataset   wikitext2 (default) | wikitext2_raw | wikitext103 | wikitext103_raw
 #             | enwik8 | text8 | text (with --train_file/--valid_file/--test_file)
 #   DATA_DIR  raw files (default: data/raw next to this script; WikiText-2 is
-#             unpacked there from datasets/wikitext-2, no network needed)
+#             unpacked there from datasets/wikitext-2, no network needed); a
+#             DATA_DIR you set must be an existing directory: missing raw files
+#             are unpacked or downloaded into it
 #   output    data/<dataset> next to this script, unless --output_dir is given
 #
 # Examples:
@@ -26,6 +28,11 @@ DATASET=wikitext2
 if [[ $# -gt 0 && "$1" != -* ]]; then
   DATASET="$1"
   shift
+fi
+if [[ -n "${DATA_DIR:-}" && ! -d "$DATA_DIR" ]]; then
+  echo "error: DATA_DIR=$DATA_DIR is not an existing directory: create it first (mkdir -p" \
+    "$DATA_DIR) to keep the raw files there, or leave DATA_DIR unset for data/raw" >&2
+  exit 1
 fi
 DATA_DIR="${DATA_DIR:-$ROOT/data/raw}"
 

@@ -1,4 +1,5 @@
-r"""Evaluates a trained run on a whole split or a text file, every transition once.
+r"""Evaluates a trained run or an exported `.keras` file on a whole split or a text
+file, every transition once.
 
 Works for every model family. A split is read back whole (its records and
 the tail the records leave out) and re-batched with the evaluation's own
@@ -7,7 +8,15 @@ the tail the records leave out) and re-batched with the evaluation's own
 and bits per byte, and writes them with the tokens scored and the settings
 to a JSON file.
 
+With `--model` (a `.keras` file written by export.py) no run directory or
+built data is needed: `--split` tokenizes the raw text of the model's dataset
+(the WikiText-2 copy in datasets/, or the raw files in data/raw) with the
+model's own tokenizer, by the build's code, so the numbers are those of the
+build it was trained on; the results are printed, and written as JSON only
+with --output.
+
 Usage:
+    python3 evaluate.py --model=pretrained/wt2_base.keras --split=test
     python3 evaluate.py --model_dir=runs/search                      # valid, best checkpoint
     python3 evaluate.py --model_dir=runs/search --split=test --mem_len=64 --same_length
     python3 evaluate.py --model_dir=runs/search --text_file=article.txt --batch_size=1
@@ -26,17 +35,21 @@ from absl import logging
 import pardata.quiet  # noqa: F401  (TensorFlow start-up noise; before TF is imported)
 from pardata.build import SPLITS  # no TensorFlow
 
+flags.DEFINE_string("model", None, ".keras file written by export.py (model, tokenizer and "
+                    "settings in one file, e.g. pretrained/wt2_base.keras); instead of "
+                    "--model_dir.")
 flags.DEFINE_string("model_dir", None, "Run directory written by train.py (config.json, "
                     "checkpoints, best/).")
-flags.DEFINE_string("checkpoint", "best", "best (best on valid; the latest if the run was "
-                    "never evaluated), latest, or a checkpoint path (ckpt-<step> prefix, "
-                    "absolute or inside --model_dir).")
+flags.DEFINE_string("checkpoint", "best", "--model_dir only: best (best on valid; the latest "
+                    "if the run was never evaluated), latest, or a checkpoint path (ckpt-<step> "
+                    "prefix, absolute or inside --model_dir).")
 flags.DEFINE_enum("split", None, SPLITS, "Split of the run's data to evaluate, all of it "
-                  "(the ids after the last record too); default valid unless --text_file.")
+                  "(the ids after the last record too); with --model, the split of the "
+                  "model's dataset read from its raw text. Default valid unless --text_file.")
 flags.DEFINE_string("text_file", None, "Text file to evaluate instead of a split, tokenized "
                     "with the run's tokenizer (UTF-8 for word and sentencepiece).")
-flags.DEFINE_string("data_dir", None, "Built data to read --split from; default: the run's "
-                    "data_dir (config.json). Must hold the run's tokenizer.")
+flags.DEFINE_string("data_dir", None, "--model_dir only: built data to read --split from; "
+                    "default: the run's data_dir (config.json). Must hold the run's tokenizer.")
 flags.DEFINE_integer("seq_len", None, "Segment length T (>= 1); default: the run's seq_len.")
 flags.DEFINE_integer("mem_len", None, "Memory positions carried between segments (>= 0); "
                      "default: the run's eval_mem_len (its mem_len if that is 0).")
@@ -49,7 +62,7 @@ flags.DEFINE_boolean("same_length", None, "Transformer-XL only: every query atte
                      "default: the run's setting.")
 flags.DEFINE_string("output", None, "JSON file of the results (written atomically); default: "
                     "<model_dir>/eval_<split>.json, or eval_text_<file name>.json for "
-                    "--text_file.")
+                    "--text_file; with --model, none unless given.")
 flags.DEFINE_float("progress_interval", 10.0, "Seconds between progress lines (with an "
                    "ETA) on long evaluations.")
 
@@ -62,8 +75,19 @@ class FlagError(ValueError):
 
 def _check_flags():
     """Checks that need no TensorFlow (so these errors come at once)."""
-    if not FLAGS.model_dir:
-        raise FlagError("--model_dir is required: the directory of a run trained with train.py")
+    if FLAGS.model and FLAGS.model_dir:
+        raise FlagError("give either --model (a .keras file) or --model_dir (a run directory), "
+                        "not both")
+    if not FLAGS.model and not FLAGS.model_dir:
+        raise FlagError("--model (a .keras file written by export.py, e.g. "
+                        "pretrained/wt2_base.keras) or --model_dir (a run trained with "
+                        "train.py) is required")
+    if FLAGS.model and FLAGS["checkpoint"].present:
+        raise FlagError("--checkpoint selects a checkpoint of --model_dir; a --model file holds "
+                        "one model: drop --checkpoint")
+    if FLAGS.model and FLAGS.data_dir is not None:
+        raise FlagError("--data_dir selects the build of a run directory's split; with --model, "
+                        "--split reads the model's dataset from its raw text: drop --data_dir")
     if FLAGS.split is not None and FLAGS.text_file is not None:
         raise FlagError("give either --split or --text_file, not both")
     if FLAGS.text_file is not None and FLAGS.data_dir is not None:
@@ -82,7 +106,12 @@ def _format(result):
     source = result["source"].get("split") or result["source"]["text_file"]
     step = "" if result["step"] is None else f", step {result['step']}"
     tail = result["parts"]["tail"]["tokens"]
-    return (f"{source} of {result['model_dir']} ({result['checkpoint']}{step}): "
+    if "model" in result:  # a .keras package
+        what = (f"{result['model']} (run {result['model_dir']}, {result['checkpoint']}{step}, "
+                f"weights stored as {result['storage_dtype']})")
+    else:
+        what = f"{result['model_dir']} ({result['checkpoint']}{step})"
+    return (f"{source} of {what}: "
             f"{result['tokens']} tokens ({tail} of them after the last full batch), "
             f"{result['words']} words, {result['bytes']} bytes\n"
             f"  nll {result['nll']:.4f}  perplexity {result['perplexity']:.3f}  "
@@ -99,16 +128,21 @@ def _evaluate():
 
     overrides = {name: getattr(FLAGS, name) for name in evaluation.MODEL_SETTINGS
                  if getattr(FLAGS, name) is not None}
-    run = generation.load_run(FLAGS.model_dir, FLAGS.checkpoint, model_overrides=overrides)
-    output = FLAGS.output or evaluation.default_output(FLAGS.model_dir, split, FLAGS.text_file)
-    evaluation.check_output(output)  # before the evaluation, which may take long
+    run = generation.load(FLAGS.model_dir or None, FLAGS.model or None, FLAGS.checkpoint,
+                          model_overrides=overrides)
+    output = FLAGS.output
+    if output is None and FLAGS.model_dir:
+        output = evaluation.default_output(FLAGS.model_dir, split, FLAGS.text_file)
+    if output is not None:
+        evaluation.check_output(output)  # before the evaluation, which may take long
     result = evaluation.evaluate_run(
         run, split=split, text_file=FLAGS.text_file, data_dir=FLAGS.data_dir,
         seq_len=FLAGS.seq_len, mem_len=FLAGS.mem_len, batch_size=FLAGS.batch_size,
         progress_interval=FLAGS.progress_interval)
-    evaluation.write_result(output, result)
     print(_format(result))
-    print(f"wrote {output}")
+    if output is not None:
+        evaluation.write_result(output, result)
+        print(f"wrote {output}")
     logging.info("evaluated in %.1f s", result["seconds"])
 
 

@@ -1,17 +1,38 @@
-r"""Exports a trained run as a `.keras` file or a TensorFlow SavedModel.
+r"""Exports a trained model with its tokenizer: a `.keras` file or a TensorFlow SavedModel.
 
 Usage:
-    python3 export.py --model_dir=runs/search --format=keras --output=lm.keras
-    python3 export.py --model_dir=runs/search --format=saved_model --output=lm_saved
+    python3 export.py --model_dir=runs/search --output=runs/search/lm.keras
+    python3 export.py --model_dir=runs/search --output=lm.keras --dtype=float16
+    python3 export.py --model_dir=runs/search --format=saved_model --output=runs/search/saved
+    python3 export.py --model=pretrained/wt2_base.keras --format=saved_model --output=wt2_saved
 
-`.keras` loads back with `keras.saving.load_model(path)` after importing the
-family's module (`import model.transformer_xl.model` or `import model.sha_rnn.model`).
-The SavedModel has a `serve` signature `(token_ids int32 [B, T], state_0, ...)
--> {"log_probs": [B, T, V], "new_state_0", ...}` over the model's state
-(Transformer-XL memories [B, M, D]; SHA-RNN LSTM states and memory) and a copy
-of the tokenizer in `output/tokenizer/` (see serving/export.py). The output is
-written to a temporary path and renamed at the end. Errors a user can cause
-end in one line `error: ...` on stderr and exit status 1.
+The export alone is enough to generate and evaluate: no run directory, no
+built data. Both formats carry the tokenizer, with the frequency ranking the
+model's ids follow (the raw sentencepiece ids of a text differ from the
+model's ids), and the run's generation settings (seq_len, eval_mem_len):
+
+- `.keras` (serving/packaged.py): the model, its tokenizer files as Keras
+  assets and the run's config. `python3 generate.py --model=lm.keras
+  --prompt=... --seed=1` draws, token for token, what `generate.py
+  --model_dir=<run> --seed=1` draws from the exported checkpoint (float32
+  storage; --dtype=float16/bfloat16 rounds the weights, halving the file).
+  `python3 evaluate.py --model=lm.keras --split=test` evaluates the model's
+  dataset from its raw text. In Python: `serving.packaged.load_package(path)`,
+  or `keras.saving.load_model(path)` after `import serving.packaged`.
+- SavedModel (serving/export.py): signatures `generate` (a prompt string and
+  the sampling settings in, the texts and token ids out: the same tokens as
+  generate.py for the same seed), `tokenize`, `detokenize` and `serve` (one
+  segment of ids with the model's state), loadable without the project's
+  code (`import tensorflow_text` first for a sentencepiece tokenizer); the
+  tokenizer files are also in `output/tokenizer/`.
+
+tests/serving/test_self_contained.py checks, for both model families and the
+word, sentencepiece and byte tokenizers, that with the run directory and its
+data deleted, generate.py --model and the SavedModel's generate signature
+reproduce generate.py --model_dir token for token in a clean process.
+
+The output is written to a temporary path and renamed at the end. Errors a
+user can cause end in one line `error: ...` on stderr and exit status 1.
 """
 
 import os
@@ -24,11 +45,16 @@ from absl import logging
 import pardata.quiet  # noqa: F401  (TensorFlow start-up noise; before TF is imported)
 
 flags.DEFINE_string("model_dir", None, "Run directory written by train.py.")
-flags.DEFINE_string("checkpoint", "best", "best, latest, or a checkpoint path (ckpt-<step> "
-                    "prefix, absolute or inside --model_dir).")
+flags.DEFINE_string("model", None, "A .keras file written by export.py, instead of "
+                    "--model_dir (e.g. to write its SavedModel).")
+flags.DEFINE_string("checkpoint", "best", "--model_dir only: best, latest, or a checkpoint "
+                    "path (ckpt-<step> prefix, absolute or inside --model_dir).")
 flags.DEFINE_enum("format", "keras", ["keras", "saved_model"], "keras: one .keras file; "
                   "saved_model: a TensorFlow SavedModel directory for serving.")
 flags.DEFINE_string("output", None, "Output path (a .keras file or a SavedModel directory).")
+flags.DEFINE_enum("dtype", "float32", ["float32", "float16", "bfloat16"], "keras: storage "
+                  "dtype of the weights (float16/bfloat16 halve the file and round the "
+                  "weights; the loaded model computes in float32).")
 flags.DEFINE_integer("mem_len", None, "saved_model: memory positions kept in the new state; "
                      "default: the run's eval_mem_len (its mem_len if that is 0).")
 flags.DEFINE_boolean("overwrite", False, "Replace an existing output.")
@@ -36,35 +62,49 @@ flags.DEFINE_boolean("overwrite", False, "Replace an existing output.")
 FLAGS = flags.FLAGS
 
 
+def _flag_problem():
+    """The first flag error, or None (checked before TensorFlow is imported)."""
+    if bool(FLAGS.model_dir) == bool(FLAGS.model):
+        return ("give --model_dir (a run directory) or --model (a .keras file), and --output"
+                if not FLAGS.model_dir else "give either --model_dir or --model, not both")
+    if not FLAGS.output:
+        return "--output is required: the .keras file or SavedModel directory to write"
+    if FLAGS.model and FLAGS["checkpoint"].present:
+        return "--checkpoint selects a checkpoint of --model_dir: drop it with --model"
+    if FLAGS.format == "keras" and not FLAGS.output.endswith(".keras"):
+        return f"--output={FLAGS.output} must end in .keras for --format=keras"
+    if FLAGS.format == "saved_model" and FLAGS["dtype"].present:
+        return "--dtype applies to --format=keras only"
+    if FLAGS.mem_len is not None and FLAGS.mem_len < 0:
+        return f"--mem_len={FLAGS.mem_len} must be >= 0"
+    return None
+
+
 def main(argv):
     if len(argv) > 1:
         print(f"error: unexpected arguments {argv[1:]}; all options are --flags", file=sys.stderr)
         return 1
-    if not FLAGS.model_dir or not FLAGS.output:
-        print("error: --model_dir and --output are required", file=sys.stderr)
-        return 1
-    if FLAGS.format == "keras" and not FLAGS.output.endswith(".keras"):
-        print(f"error: --output={FLAGS.output} must end in .keras for --format=keras",
-              file=sys.stderr)
-        return 1
-    if FLAGS.mem_len is not None and FLAGS.mem_len < 0:
-        print(f"error: --mem_len={FLAGS.mem_len} must be >= 0", file=sys.stderr)
+    problem = _flag_problem()
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 1
     import data_utils
     from serving import export
-    from serving.generation import GenerationError, load_run
+    from serving.generation import GenerationError, load
 
     try:
-        run = load_run(FLAGS.model_dir, FLAGS.checkpoint)
+        run = load(FLAGS.model_dir or None, FLAGS.model or None, FLAGS.checkpoint)
         if FLAGS.format == "keras":
-            path = export.export_keras(run, FLAGS.output, overwrite=FLAGS.overwrite)
+            path = export.export_keras(run, FLAGS.output, overwrite=FLAGS.overwrite,
+                                       dtype=FLAGS.dtype)
         else:
             path = export.export_saved_model(run, FLAGS.output, mem_len=FLAGS.mem_len,
                                              overwrite=FLAGS.overwrite)
     except (GenerationError, data_utils.DataError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    logging.info("exported %s (checkpoint %s) to %s", FLAGS.model_dir, run.checkpoint_path, path)
+    logging.info("exported %s (%s) to %s", FLAGS.model_dir or FLAGS.model, run.checkpoint_path,
+                 path)
     print(path)
     return 0
 

@@ -1,4 +1,5 @@
-r"""Generates text from a trained run, with the model's state as a cache.
+r"""Generates text from a trained run or an exported `.keras` file, with the model's
+state as a cache.
 
 The prompt is run once; each new token then costs one forward pass of length
 1 over the cached state (Transformer-XL memories, SHA-RNN LSTM states and
@@ -7,10 +8,17 @@ attention memory). Works for every model family, for supernets
 tokenizer.
 
 Usage:
+    python3 generate.py --model=pretrained/wt2_base.keras --prompt="The game" --seed=1
     python3 generate.py --model_dir=runs/search --prompt="The game" --num_tokens=50
-    python3 generate.py --model_dir=runs/search --prompt_file=prompt.txt \
-        --top_p=0.9 --temperature=0.8 --seed=1 --num_samples=3
+    echo "The game was released in" | python3 generate.py --model_dir=runs/search \
+        --prompt_file=- --top_p=0.9 --temperature=0.8 --seed=1 --num_samples=3
     python3 generate.py --model_dir=runs/search --prompt="The game" --greedy
+
+`--model` takes a `.keras` file written by export.py: the model, its tokenizer
+and the run's generation settings in one file (serving/packaged.py), so it
+needs neither the run directory nor the built data; for the same seed and
+settings it draws the tokens `--model_dir` draws from the checkpoint it was
+exported from.
 
 Prints the prompt followed by each sample (with a header line per sample when
 --num_samples > 1). Errors a user can cause end in one line `error: ...` on
@@ -27,15 +35,18 @@ from absl import logging
 
 import pardata.quiet  # noqa: F401  (TensorFlow start-up noise; before TF is imported)
 
+flags.DEFINE_string("model", None, ".keras file written by export.py (model, tokenizer and "
+                    "settings in one file, e.g. pretrained/wt2_base.keras); instead of "
+                    "--model_dir.")
 flags.DEFINE_string("model_dir", None, "Run directory written by train.py (config.json, "
                     "checkpoints, best/).")
-flags.DEFINE_string("checkpoint", "best", "best (best on valid; the latest if the run was "
-                    "never evaluated), latest, or a checkpoint path (ckpt-<step> prefix, "
-                    "absolute or inside --model_dir).")
+flags.DEFINE_string("checkpoint", "best", "--model_dir only: best (best on valid; the latest "
+                    "if the run was never evaluated), latest, or a checkpoint path (ckpt-<step> "
+                    "prefix, absolute or inside --model_dir).")
 flags.DEFINE_string("prompt", "", "Text to continue; empty starts at a line start (<eos>), "
                     "which a --nosp_eos build does not have.")
 flags.DEFINE_string("prompt_file", None, "UTF-8 file whose content is the prompt (instead "
-                    "of --prompt).")
+                    "of --prompt); - reads standard input.")
 flags.DEFINE_integer("num_tokens", 100, "Tokens to generate per sample (>= 1).")
 flags.DEFINE_float("temperature", 1.0, "Divides the log-probabilities (> 0; < 1 is more "
                    "conservative).")
@@ -65,8 +76,11 @@ def _read_prompt():
     if FLAGS.prompt:
         raise FlagError("give either --prompt or --prompt_file, not both")
     try:
-        with open(FLAGS.prompt_file, "rb") as f:
-            data = f.read()
+        if FLAGS.prompt_file == "-":
+            data = sys.stdin.buffer.read()
+        else:
+            with open(FLAGS.prompt_file, "rb") as f:
+                data = f.read()
     except OSError as error:
         raise FlagError(
             f"cannot read --prompt_file={FLAGS.prompt_file}: {error.strerror}") from None
@@ -91,10 +105,18 @@ def _generate():
         raise FlagError(f"--seed={FLAGS.seed} must be in [0, 2**62)")
     if FLAGS.chunk_len is not None and FLAGS.chunk_len < 1:
         raise FlagError(f"--chunk_len={FLAGS.chunk_len} must be >= 1")
-    if not FLAGS.model_dir:
-        raise FlagError("--model_dir is required: the directory of a run trained with train.py")
+    if FLAGS.model and FLAGS.model_dir:
+        raise FlagError("give either --model (a .keras file) or --model_dir (a run directory), "
+                        "not both")
+    if not FLAGS.model and not FLAGS.model_dir:
+        raise FlagError("--model (a .keras file written by export.py, e.g. "
+                        "pretrained/wt2_base.keras) or --model_dir (a run trained with "
+                        "train.py) is required")
+    if FLAGS.model and FLAGS["checkpoint"].present:
+        raise FlagError("--checkpoint selects a checkpoint of --model_dir; a --model file holds "
+                        "one model: drop --checkpoint")
     text = _read_prompt()
-    run = generation.load_run(FLAGS.model_dir, FLAGS.checkpoint)
+    run = generation.load(FLAGS.model_dir or None, FLAGS.model or None, FLAGS.checkpoint)
     try:
         prompt = generation.encode_prompt(run.tokenizer, text)
     except generation.GenerationError as error:
@@ -106,7 +128,8 @@ def _generate():
     seed = secrets.randbits(31) if FLAGS.seed is None else FLAGS.seed
     if not FLAGS.greedy:
         logging.info("seed %d (pass --seed=%d to reproduce)", seed, seed)
-    logging.info("checkpoint %s, mem_len %s", run.checkpoint_path,
+    logging.info("%s %s, mem_len %s", "model" if run.package else "checkpoint",
+                 run.checkpoint_path,
                  FLAGS.mem_len if FLAGS.mem_len is not None else run.default_mem_len)
     tokens = run.decoder(FLAGS.mem_len).generate(
         prompt.ids, FLAGS.num_tokens, num_samples=FLAGS.num_samples,

@@ -132,8 +132,10 @@ def _define_model_flags(define, define_field):
     """The model families' fields (default: the preset's) and the hand-parsed model flags."""
     group = "model"
     define("string", "architecture", None, group, "supernet, transformer_xl, an a/f/i string "
-           "such as afafff, or a finished search run (or its architecture.json/.txt) whose "
-           "derived architecture to train from scratch.")
+           "of one letter per block such as afafff, or a finished search run (or its "
+           "architecture.json/.txt) whose derived architecture to train from scratch. The "
+           "string does not set the depth: it must have --num_blocks letters (default: the "
+           "preset's num_blocks).")
     define("string", "cutoffs", None, group, "Adaptive-softmax cutoffs: a comma list such as "
            "1000,4000, 'none' (full softmax) or 'auto' (optimal_cuts.py on the training "
            "unigram counts, --num_tails tails).")
@@ -176,7 +178,8 @@ def _model_config(fv, meta):
             value = fv[name].value
             overrides[name] = _int_list(name, value) if isinstance(value, list) else value
     if fv.architecture is not None:
-        overrides["architecture"] = _architecture(fv.architecture, overrides)
+        num_blocks = overrides.get("num_blocks", family.presets[preset].get("num_blocks"))
+        overrides["architecture"] = _architecture(fv.architecture, num_blocks, preset)
     if fv.proj_dims is not None:
         overrides["proj_dims"] = _int_list("proj_dims", fv.proj_dims)
     cutoffs = (fv.cutoffs or "").strip().lower()
@@ -212,16 +215,22 @@ def _int_list(name, items):
                           + (", 'none' or 'auto'" if name == "cutoffs" else "")) from None
 
 
-def _architecture(value, overrides):
+def _architecture(value, num_blocks, preset):
+    """The a/f/i string of --architecture; it must have one letter per block."""
     from training import derive
 
     if value in ("supernet", "transformer_xl"):
         return value
     try:
-        arch = derive.read_architecture(value, overrides.get("num_blocks"))
+        arch = derive.read_architecture(value)
     except (ValueError, FileNotFoundError) as error:
         raise ConfigError(f"--architecture={value}: {error}") from None
-    overrides.setdefault("num_blocks", len(arch))
+    if num_blocks is not None and len(arch) != num_blocks:
+        source = "" if arch == value else f" ({arch})"
+        raise ConfigError(
+            f"--architecture={value}{source} has {len(arch)} blocks but the model has "
+            f"--num_blocks={num_blocks} (the preset {preset}'s unless given): give "
+            f"{num_blocks} letters, or pass --num_blocks={len(arch)} to change the depth")
     return arch
 
 
@@ -289,7 +298,7 @@ def config_summary(config):
 
 def main(argv):
     import data_utils
-    from training.loop import NonFiniteError, train
+    from training.loop import NonFiniteError, run_summary, train
 
     if len(argv) > 1:
         print(f"error: unexpected arguments {argv[1:]}; all options are --flags",
@@ -298,10 +307,11 @@ def main(argv):
     try:
         config, overwrite = config_from_flags(flags.FLAGS)
         logging.info("%s", config_summary(config))
-        train(config, overwrite=overwrite)
+        results = train(config, overwrite=overwrite)
     except (ConfigError, data_utils.DataError, NonFiniteError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
+    print(run_summary(config, results))
     return 0
 
 

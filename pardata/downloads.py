@@ -270,6 +270,23 @@ def shipped_files(spec: DatasetSource, names) -> dict | None:
     return paths if all(os.path.isfile(p) for p in paths.values()) else None
 
 
+def shipped_split(dataset: str, split: str, workdir: str,
+                  sources=SOURCES) -> SplitSource | None:
+    """A split of a named dataset from the copy shipped with the project.
+
+    The split's file is decompressed (and checked) into `workdir`; None when
+    the project ships no copy of the dataset.
+    """
+    spec = sources[dataset]
+    name, start, stop = spec.splits[split]
+    shipped = shipped_files(spec, [name])
+    if not shipped:
+        return None
+    path = os.path.join(workdir, name)
+    _decompress_shipped(shipped[name], path, spec.file_checksums.get(name, ""))
+    return SplitSource(path, start, stop, flag="--split")
+
+
 def raw_files_present(dataset: str, data_dir: str, sources=SOURCES) -> bool:
     """Whether every raw file of a named dataset is already in `data_dir`."""
     spec = sources[dataset]

@@ -42,6 +42,7 @@ import json
 import math
 import os
 import re
+import tempfile
 import time
 
 from absl import logging
@@ -50,12 +51,16 @@ import tensorflow as tf
 
 import data_utils
 from model.interface import check_model
+from pardata import downloads
 from pardata.build import SPLITS, encode_split
 from pardata.errors import NotUtf8Error
 from pardata.meta import split_info
 from pardata.text import Progress, SplitSource
 from training.metrics import NllAccumulator, lm_metrics
 
+# Where create_tfrecords.sh puts raw files by default (DATA_DIR).
+RAW_DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                            "data", "raw")
 # Model config fields that evaluation may change on a trained run (the
 # weights stay valid); a family whose config lacks one refuses it.
 MODEL_SETTINGS = ("clamp_len", "same_length")
@@ -269,8 +274,62 @@ def _check_same_tokenizer(run, data_dir, meta):
             "(build_data.py --sp_model for sentencepiece), or pass the raw text as --text_file")
 
 
+def _raw_split_source(dataset, split, workdir):
+    """SplitSource of a named dataset's raw split: the copy shipped with the project
+    (decompressed into `workdir`), else the raw files in data/raw; None if neither."""
+    source = downloads.shipped_split(dataset, split, workdir)
+    if source is not None:
+        return source
+    spec = downloads.SOURCES[dataset]
+    name, start, stop = spec.splits[split]
+    path = os.path.join(RAW_DATA_DIR, spec.directory, name)
+    if os.path.isfile(path):
+        return SplitSource(path, start, stop, flag="--split")
+    return None
+
+
+def package_split_ids(run, split):
+    """(whole id stream, split info) of a split of a `.keras` package's dataset.
+
+    The split's raw text (the copy the project ships, e.g. WikiText-2, or the
+    raw files in data/raw) is tokenized with the package's own tokenizer by
+    the build's code, so the ids, words and bytes are those of the build the
+    model was trained on (checked against its meta.json).
+
+    Raises:
+        EvaluationError: a dataset without known raw files, missing raw
+            files, or text that does not give the build's ids.
+    """
+    meta = run.meta
+    dataset = meta.get("dataset")
+    built = meta.get("splits", {}).get(split, {})
+    where = f"--model={run.checkpoint_path} was trained on a {dataset} build"
+    if dataset not in downloads.SOURCES:
+        raise EvaluationError(f"--split={split}: {where}, whose raw text the project does not "
+                              "know: pass the text as --text_file")
+    with tempfile.TemporaryDirectory() as workdir:
+        source = _raw_split_source(dataset, split, workdir)
+        if source is None:
+            raise EvaluationError(
+                f"--split={split}: {where} and its raw text is not here: get it with "
+                f"./create_tfrecords.sh {dataset} (raw files in {RAW_DATA_DIR}), or pass the "
+                "text as --text_file")
+        ids, stats = encode_split(run.tokenizer, source, split)
+    if built and (stats["ids"], stats["words"], stats["bytes"]) != (
+            built.get("ids"), built.get("words"), built.get("bytes")):
+        raise EvaluationError(
+            f"--split={split}: the raw text gives {stats['ids']} ids, {stats['words']} words, "
+            f"{stats['bytes']} bytes, the build the model was trained on had {built.get('ids')}, "
+            f"{built.get('words')}, {built.get('bytes')}: the raw file differs; pass it as "
+            "--text_file to evaluate it anyway")
+    info = dict(stats, batch_size=built.get("batch_size", meta.get("eval_batch_size")))
+    return ids, info
+
+
 def split_ids(run, split, data_dir=None):
     """(whole id stream, meta.json's split info) of a split of the run's data.
+
+    For a `.keras` package (`run.package`), see `package_split_ids`.
 
     Raises:
         EvaluationError / data_utils.DataError: unknown split, missing data,
@@ -279,6 +338,12 @@ def split_ids(run, split, data_dir=None):
     """
     if split not in SPLITS:
         raise EvaluationError(f"--split={split} must be one of {', '.join(SPLITS)}")
+    if run.package is not None:
+        if data_dir is not None:
+            raise EvaluationError(
+                "--data_dir selects the build of a run directory's split; with --model, "
+                "--split reads the model's dataset from its raw text: drop --data_dir")
+        return package_split_ids(run, split)
     data_dir = data_dir or run.config.data_dir
     try:
         meta = data_utils.load_meta(data_dir)
@@ -334,13 +399,17 @@ def evaluate_run(run, *, split=None, text_file=None, data_dir=None, seq_len=None
         ids, info = split_ids(run, split, data_dir)
         words, num_bytes = info["words"], info["bytes"]
         batch_size = info["batch_size"] if batch_size is None else batch_size
-        source = {"split": split, "data_dir": data_dir or config.data_dir}
+        source = {"split": split}
+        if run.package is None:
+            source["data_dir"] = data_dir or config.data_dir
+        else:
+            source["text"] = f"raw {run.meta.get('dataset')} {split}"
         label = f"evaluating {split}"
     else:
         ids, stats = text_file_ids(run.tokenizer, text_file)
         words, num_bytes = stats["words"], stats["bytes"]
         if batch_size is None:
-            meta = data_utils.load_meta(run.data_dir)
+            meta = run.meta if run.meta is not None else data_utils.load_meta(run.data_dir)
             batch_size = meta.get("eval_batch_size", meta["batch_size"])
         source = {"text_file": os.fspath(text_file)}
         label = f"evaluating {os.path.basename(text_file)}"
@@ -355,9 +424,20 @@ def evaluate_run(run, *, split=None, text_file=None, data_dir=None, seq_len=None
     return dict(
         metrics, total_nll=result.total_nll, tokens=result.tokens, ids=int(len(ids)),
         words=int(words), bytes=int(num_bytes), parts=result.parts(), settings=settings,
-        source=source, model_dir=run.model_dir or os.fspath(config.model_dir),
-        checkpoint=run.checkpoint_path, step=_checkpoint_step(run.checkpoint_path),
-        model_family=config.model_family, seconds=round(time.monotonic() - start, 3))
+        source=source, model_family=config.model_family,
+        seconds=round(time.monotonic() - start, 3), **_model_source(run))
+
+
+def _model_source(run):
+    """What was evaluated: model_dir, checkpoint, step (and model, for a package)."""
+    if run.package is None:
+        return {"model_dir": run.model_dir or os.fspath(run.config.model_dir),
+                "checkpoint": run.checkpoint_path,
+                "step": _checkpoint_step(run.checkpoint_path)}
+    source = run.package.source
+    return {"model": os.fspath(run.checkpoint_path), "model_dir": source.get("run"),
+            "checkpoint": source.get("checkpoint"), "step": source.get("step"),
+            "storage_dtype": run.package.storage_dtype}
 
 
 def default_output(model_dir, split=None, text_file=None):

@@ -1,47 +1,71 @@
-"""Exports a trained run: a Keras `.keras` file and a TensorFlow SavedModel.
+"""Exports a trained model with its tokenizer: a `.keras` file and a TensorFlow SavedModel.
 
-`.keras`: the model (any family) with its config and weights. Every layer is
-registered serializable under the package "par", so it loads back with
-`keras.saving.load_model(path)` once the family's layers are imported
-(`import model.transformer_xl.model`, `import model.sha_rnn.model`; `import model`
-alone is lazy and registers nothing yet). No training, serving or data code
-is needed.
+Both are self-contained: the tokenizer, with the frequency ranking the
+model's ids follow, travels inside, so text goes in and text comes out
+without the run directory or the built data.
 
-SavedModel: a `tf.Module` whose `serve` signature runs one segment with the
-model's state (model/interface.py), for TF Serving or `tf.saved_model.load`
-without any project code:
+`.keras` (`export_keras`): a `serving.packaged.PackagedLM`, the model (any
+family) with its config and weights, the tokenizer files as Keras assets and
+the run's settings. `generate.py --model=lm.keras` and `evaluate.py
+--model=lm.keras` use it; in Python `serving.packaged.load_package(path)`
+gives a `serving.generation.Run`, and `keras.saving.load_model(path)` works
+after `import serving.packaged`. The weights may be stored in float16 or
+bfloat16 (`dtype`), half the size; the loaded model computes in float32.
 
+SavedModel (`export_saved_model`): a `tf.Module` for TF Serving or
+`tf.saved_model.load` without any project code (a sentencepiece tokenizer
+needs `import tensorflow_text` first, which registers its op). Signatures:
+
+    generate(prompt: string [], num_tokens: int32 [], num_samples: int32 [],
+             temperature: float32 [], top_k: int32 [], top_p: float32 [],
+             greedy: bool [], seed: int64 [])
+        -> {"text": string [B], "continuation": string [B],
+            "token_ids": int32 [B, N], "prompt_ids": int32 [L]}
+    tokenize(text: string []) -> {"token_ids": int32 [L]}
+    detokenize(token_ids: int32 [L]) -> {"text": string []}
     serve(token_ids: int32 [B, T], state_0, ..., state_{k-1}: float32)
         -> {"log_probs": float32 [B, T, V], "new_state_0", ..., "new_state_{k-1}"}
 
-The k state inputs are the model's `state_signature()` in order (a
+`generate` is `generate.py` in the graph: the prompt is tokenized
+(serving/graph_tokenizer.py), run in chunks of the run's seq_len with the
+memory kept to `mem_len` (default: the run's eval_mem_len), then each of the
+B = num_samples rows samples N tokens with the stateless seed (seed + row,
+step) and the same temperature / top-k / top-p / greedy rules
+(`serving.generation.sample_tokens`): for one seed it returns the tokens
+`generate.py --seed` draws. `text` is the prompt followed by the
+continuation, what generate.py prints. An empty prompt starts at the
+tokenizer's line start. top_k 0 and top_p 1 keep every token.
+
+`serve` runs one segment with the model's state (model/interface.py): the
+k state inputs are the model's `state_signature()` in order (a
 Transformer-XL: one memory [B, M, D] per attention-carrying block; SHA-RNN:
-each LSTM's h [B, D] and c [B, D], then each attention memory [B, M, D]);
-their specs are visible in the signature. `B`, `T` and `M` are free (M = 0 is
-an empty memory); new memories keep min(M + T, mem_len) positions. Feeding
-`new_state_i` back as `state_i` with the next segment continues the text, as
-in Transformer-XL evaluation; the first call takes zeros of the right shapes
-(memories with M = 0). The tokenizer (meta.json and its files) is copied
-into `path/tokenizer/`, readable with `data_utils.load_tokenizer`.
+each LSTM's h [B, D] and c [B, D], then each attention memory [B, M, D]).
+`B`, `T` and `M` are free (M = 0 is an empty memory); new memories keep
+min(M + T, mem_len) positions; feeding `new_state_i` back as `state_i` with
+the next segment continues the text. The tokenizer files and meta.json are
+also written to `path/tokenizer/` for Python (`data_utils.load_tokenizer`).
 
 Both exports are written to a temporary path next to the output and renamed
 at the end, so a failed export leaves nothing behind.
 
-Size glossary: B batch, T segment length, M memory length, D d_model,
-V vocabulary size.
+Size glossary: B batch (samples), T segment length, M memory length, D
+d_model, V vocabulary size, L prompt tokens, N generated tokens.
 """
 
 import json
 import os
 import secrets
 import shutil
+import tempfile
 
 import tensorflow as tf
 
-from serving.generation import META_FILE, GenerationError
+from serving.generation import META_FILE, GenerationError, sample_tokens
 
 SIGNATURE = "serve"
+GENERATE_SIGNATURE = "generate"
 TOKENIZER_DIR = "tokenizer"
+DTYPES = ("float32", "float16", "bfloat16")
 
 
 class ExportError(GenerationError):
@@ -62,27 +86,34 @@ def _check_output(path, overwrite):
     return path
 
 
-def export_keras(run, path, overwrite=False):
-    """Saves the run's model as a `.keras` file.
+def export_keras(run, path, overwrite=False, dtype="float32"):
+    """Saves the run's model with its tokenizer as one `.keras` file.
 
     Args:
-        run: a `serving.generation.Run`.
+        run: a `serving.generation.Run` (from `load_run` or `load_package`).
         path: output file, ending in ".keras".
         overwrite: replace an existing file.
+        dtype: storage dtype of the weights: float32, or float16 / bfloat16
+            (half the size, the weights rounded; the loaded model computes in
+            float32).
 
     Returns:
         The path written.
 
     Raises:
-        ExportError: the name does not end in ".keras", the file exists, or
-            its directory does not exist.
+        ExportError: the name does not end in ".keras", the file exists, its
+            directory does not exist, or an unknown dtype.
     """
+    from serving.packaged import package_run
+
     path = _check_output(path, overwrite)
     if not path.endswith(".keras"):
         raise ExportError(f"output {path} must end in .keras for a Keras export")
+    if dtype not in DTYPES:
+        raise ExportError(f"dtype={dtype!r} must be one of {', '.join(DTYPES)}")
     tmp = _temporary_name(path) + ".keras"
     try:
-        run.model.save(tmp, overwrite=True)
+        package_run(run, dtype=dtype).save(tmp)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -90,26 +121,73 @@ def export_keras(run, path, overwrite=False):
     return path
 
 
+class _Untracked:
+    """Holds a value without TensorFlow's object tracking seeing it."""
+
+    def __init__(self, value):
+        self.value = value
+
+
 class ServingModule(tf.Module):
-    """The SavedModel root: the model's variables and the `serve` function.
+    """The SavedModel root: the model's variables, the tokenizer and the signatures.
 
     Args:
         model: a built language model (model/interface.py).
         mem_len: int >= 0, memory positions kept in the new state.
+        tokenizer: the run's `pardata.tokenizers.Tokenizer`.
+        chunk_len: int >= 1, prompt tokens per forward pass in `generate`.
+        asset_dir: an existing directory for asset files (the word list).
     """
 
-    def __init__(self, model, mem_len):
+    def __init__(self, model, mem_len, tokenizer, chunk_len, asset_dir):
+        from serving.graph_tokenizer import GraphTokenizer
+
         super().__init__(name="language_model")
-        self._model = model
+        # Kept out of TensorFlow's object graph (the variables are tracked
+        # below): saving would otherwise trace every Keras layer's call.
+        self._untracked = _Untracked(model)
         self._mem_len = int(mem_len)
+        self._chunk_len = int(chunk_len)
         # Tracked explicitly: Keras 3 layers kept in Python lists are not
         # reached by TensorFlow's object graph (as in training.checkpoint).
         self.model_variables = [getattr(v, "value", v) for v in model.variables]
         self.mem_len = tf.Variable(self._mem_len, trainable=False, dtype=tf.int32, name="mem_len")
-        state = [tf.TensorSpec(spec.shape, tf.float32, name=f"state_{i}")
-                 for i, spec in enumerate(model.state_signature())]
+        self.tokenizer = GraphTokenizer(tokenizer, asset_dir)
+        self._vocab = int(model.vocab_size)
+        # The ids an empty prompt starts from (none: a build without line ends).
+        self._has_line_start = bool(tokenizer.line_ends)
+        self._line_start = tf.constant(tokenizer.encode("\n") if tokenizer.line_ends else [],
+                                       tf.int32)
+        self._state_specs = [tf.TensorSpec(spec.shape, tf.float32, name=f"state_{i}")
+                             for i, spec in enumerate(model.state_signature())]
         self.serve = tf.function(self._serve, input_signature=[
-            tf.TensorSpec([None, None], tf.int32, name="token_ids"), *state])  # [B, T]
+            tf.TensorSpec([None, None], tf.int32, name="token_ids"), *self._state_specs])
+        # autograph=False: the loops are explicit tf.while_loop / tf.cond, and
+        # converting the model and tokenizer code would double the tracing time.
+        self.generate = tf.function(self._generate, autograph=False, input_signature=[
+            tf.TensorSpec([], tf.string, name="prompt"),
+            tf.TensorSpec([], tf.int32, name="num_tokens"),
+            tf.TensorSpec([], tf.int32, name="num_samples"),
+            tf.TensorSpec([], tf.float32, name="temperature"),
+            tf.TensorSpec([], tf.int32, name="top_k"),
+            tf.TensorSpec([], tf.float32, name="top_p"),
+            tf.TensorSpec([], tf.bool, name="greedy"),
+            tf.TensorSpec([], tf.int64, name="seed")])
+        self.tokenize = tf.function(
+            lambda text: {"token_ids": self.tokenizer.encode(text)}, autograph=False,
+            input_signature=[tf.TensorSpec([], tf.string, name="text")])
+        self.detokenize = tf.function(
+            lambda token_ids: {"text": self.tokenizer.decode(token_ids)}, autograph=False,
+            input_signature=[tf.TensorSpec([None], tf.int32, name="token_ids")])
+
+    @property
+    def _model(self):
+        return self._untracked.value
+
+    def signatures(self):
+        """name -> tf.function, for tf.saved_model.save (which traces them once, itself)."""
+        return {SIGNATURE: self.serve, GENERATE_SIGNATURE: self.generate,
+                "tokenize": self.tokenize, "detokenize": self.detokenize}
 
     def _serve(self, token_ids, *state):
         model = self._model
@@ -120,12 +198,100 @@ class ServingModule(tf.Module):
             outputs[f"new_state_{i}"] = tf.cast(s, tf.float32)
         return outputs
 
+    def _next(self, ids, state):
+        """[B, T], state -> (log-probs [B, V] of the token after the last position, new state)."""
+        hidden, new_state = self._model(ids, list(state), training=False, mem_len=self._mem_len)
+        return (tf.cast(self._model.log_probs(hidden[:, -1:])[:, 0], tf.float32),
+                [tf.cast(s, tf.float32) for s in new_state])
+
+    def _invariants(self):
+        """Shapes the state keeps through a loop: batch and memory length free."""
+        return [tf.TensorShape(spec.shape) for spec in self._state_specs]
+
+    def _generate(self, prompt, num_tokens, num_samples, temperature, top_k, top_p, greedy,
+                  seed):
+        checks = [
+            tf.debugging.assert_greater_equal(num_tokens, 1, message="num_tokens must be >= 1"),
+            tf.debugging.assert_greater_equal(num_samples, 1,
+                                              message="num_samples must be >= 1"),
+            tf.debugging.assert_greater(temperature, 0.0, message="temperature must be > 0"),
+            tf.debugging.assert_greater_equal(top_k, 0, message="top_k must be >= 0"),
+            tf.debugging.assert_greater(top_p, 0.0, message="top_p must be in (0, 1]"),
+            tf.debugging.assert_less_equal(top_p, 1.0, message="top_p must be in (0, 1]"),
+            tf.debugging.assert_greater_equal(seed, tf.constant(0, tf.int64),
+                                              message="seed must be >= 0"),
+        ]
+        with tf.control_dependencies(checks):
+            encoded = self.tokenizer.encode(prompt)
+        from_line_start = tf.equal(tf.size(encoded), 0)
+        if self._has_line_start:
+            ids = tf.cond(from_line_start, lambda: self._line_start, lambda: encoded)
+        else:
+            with tf.control_dependencies([tf.debugging.assert_equal(
+                    from_line_start, False, message="the prompt is empty and this tokenizer "
+                    "has no line ends (--nosp_eos), so there is no line start: give a prompt")]):
+                ids = tf.identity(encoded)
+
+        # The prompt, once, in chunks carrying the state (Decoder.prefill).
+        chunk = self._chunk_len
+        length = tf.size(ids)
+        chunks = (length + chunk - 1) // chunk
+        state = [tf.cast(s, tf.float32) for s in self._model.initial_state(1, 0)]
+        log_probs = tf.zeros([1, self._vocab], tf.float32)
+
+        def prefill(i, log_probs, *state):
+            log_probs, state = self._next(ids[None, i * chunk:(i + 1) * chunk], state)
+            return (i + 1, log_probs, *state)
+
+        _, log_probs, *state = tf.while_loop(
+            lambda i, *_: i < chunks, prefill, (tf.constant(0), log_probs, *state),
+            shape_invariants=(tf.TensorShape([]), tf.TensorShape([None, self._vocab]),
+                              *self._invariants()))
+
+        # The rows differ from here on (Decoder.generate).
+        log_probs = tf.repeat(log_probs, num_samples, axis=0)  # [B, V]
+        state = [tf.repeat(s, num_samples, axis=0) for s in state]
+        rows = seed + tf.range(tf.cast(num_samples, tf.int64), dtype=tf.int64)  # [B]
+        tokens = tf.TensorArray(tf.int32, size=num_tokens)
+
+        def step_fn(step, log_probs, tokens, *state):
+            seeds = tf.stack([rows, tf.fill(tf.shape(rows), tf.cast(step, tf.int64))], axis=1)
+            token = sample_tokens(log_probs, seeds, temperature, top_k, top_p, greedy)  # [B]
+            tokens = tokens.write(step, token)
+            log_probs, state = tf.cond(
+                step + 1 < num_tokens, lambda: self._next(token[:, None], state),
+                lambda: (log_probs, [tf.identity(s) for s in state]))
+            return (step + 1, log_probs, tokens, *state)
+
+        _, _, tokens, *_ = tf.while_loop(
+            lambda step, *_: step < num_tokens, step_fn,
+            (tf.constant(0), log_probs, tokens, *state),
+            shape_invariants=(tf.TensorShape([]), tf.TensorShape([None, self._vocab]), None,
+                              *self._invariants()))
+        new_ids = tf.transpose(tokens.stack())  # [B, N]
+
+        head = self.tokenizer.decode(ids)
+        head_len = tf.strings.length(head)
+
+        def continuation(row):  # serving.generation.continuation_text
+            alone = self.tokenizer.decode(row)
+            full = self.tokenizer.decode(tf.concat([ids, row], 0))
+            prefix = tf.equal(tf.strings.substr(full, 0, head_len), head)
+            cut = tf.strings.substr(full, head_len, tf.strings.length(full) - head_len)
+            return tf.where(from_line_start, alone,
+                            tf.where(prefix, cut, tf.strings.join([" ", alone])))
+
+        continuations = tf.map_fn(continuation, new_ids, fn_output_signature=tf.string)
+        return {"text": tf.strings.join([prompt, continuations]), "continuation": continuations,
+                "token_ids": new_ids, "prompt_ids": ids}
+
 
 def export_saved_model(run, path, mem_len=None, overwrite=False):
-    """Writes a TensorFlow SavedModel with the `serve` signature.
+    """Writes a TensorFlow SavedModel with the generate, tokenize, detokenize and serve
+    signatures (see the module docstring).
 
     Args:
-        run: a `serving.generation.Run`.
+        run: a `serving.generation.Run` (from `load_run` or `load_package`).
         path: output directory (must not exist unless `overwrite`).
         mem_len: memory kept in the new state; None: `run.default_mem_len`.
         overwrite: replace an existing directory.
@@ -142,10 +308,10 @@ def export_saved_model(run, path, mem_len=None, overwrite=False):
         raise ExportError(f"mem_len={mem_len} must be >= 0")
     tmp = _temporary_name(path)
     try:
-        module = ServingModule(run.model, mem_len)
-        tf.saved_model.save(module, tmp,
-                            signatures={SIGNATURE: module.serve.get_concrete_function()})
-        _copy_tokenizer(run.data_dir, os.path.join(tmp, TOKENIZER_DIR))
+        with tempfile.TemporaryDirectory() as assets:
+            module = ServingModule(run.model, mem_len, run.tokenizer, run.config.seq_len, assets)
+            tf.saved_model.save(module, tmp, signatures=module.signatures())
+        _write_tokenizer(run, os.path.join(tmp, TOKENIZER_DIR))
         if os.path.exists(path):
             shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
         os.replace(tmp, path)
@@ -160,10 +326,10 @@ def _temporary_name(path):
     return os.path.join(parent, f".{base}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
 
 
-def _copy_tokenizer(data_dir, target):
-    """Copies meta.json and the tokenizer files of a built data directory."""
-    with open(os.path.join(data_dir, META_FILE), encoding="utf-8") as f:
-        meta = json.load(f)
+def _write_tokenizer(run, target):
+    """meta.json and the tokenizer files, as in a built data directory."""
     os.makedirs(target)
-    for name in [META_FILE, *meta["tokenizer"].get("files", [])]:
-        shutil.copy2(os.path.join(data_dir, name), os.path.join(target, name))
+    run.tokenizer.save(target)
+    with open(os.path.join(target, META_FILE), "w", encoding="utf-8") as f:
+        json.dump(run.meta, f, indent=1)
+        f.write("\n")

@@ -399,10 +399,13 @@ def continuation_text(tokenizer, prompt, new_ids):
 
 @dataclasses.dataclass
 class Run:
-    """A trained run ready for inference: the float32 model (any family) with the
+    """A trained model ready for inference: the float32 model (any family) with the
     checkpoint's weights, the data's tokenizer, the run's `TrainConfig`, the
     checkpoint prefix restored, the directory the tokenizer came from and the
-    run directory it was loaded from (config.model_dir is where it was trained)."""
+    run directory it was loaded from (config.model_dir is where it was trained),
+    the build's meta.json, and for a `.keras` package (`serving.packaged`) the
+    loaded `PackagedLM` (then checkpoint_path is the file, data_dir and
+    model_dir are empty)."""
 
     model: object
     tokenizer: object
@@ -410,6 +413,8 @@ class Run:
     checkpoint_path: str
     data_dir: str
     model_dir: str = ""
+    meta: dict | None = None
+    package: object = None
     _decoders: dict = dataclasses.field(default_factory=dict, repr=False)
 
     @property
@@ -426,6 +431,14 @@ class Run:
 
 
 def _no_model(model_dir, why):
+    if os.path.isfile(os.path.join(model_dir, META_FILE)):
+        return GenerationError(
+            f"{model_dir} is a built data directory (it holds {META_FILE}), not a run: pass the "
+            f"run directory of a model trained on it (train.py --data_dir={model_dir} "
+            "--model_dir=runs/<name>), or a .keras file with --model")
+    if os.path.isfile(model_dir):
+        return GenerationError(f"{model_dir} is a file, not a run directory: pass a .keras "
+                               "file with --model, a run directory with --model_dir")
     return GenerationError(f"no trained model in {model_dir} ({why}): run train.py "
                            f"--model_dir={model_dir} first")
 
@@ -530,7 +543,7 @@ def load_run(model_dir, checkpoint="best", model_overrides=None):
     path = resolve_checkpoint(model_dir, checkpoint)
     data_dir = _tokenizer_dir(model_dir, config)
     try:
-        _, tokenizer = data_utils.load_built(data_dir)
+        meta, tokenizer = data_utils.load_built(data_dir)
     except data_utils.DataError as error:
         raise GenerationError(f"cannot load the tokenizer of {model_dir}: {error}") from None
     if tokenizer.vocab_size != config.model.vocab_size:
@@ -545,7 +558,20 @@ def load_run(model_dir, checkpoint="best", model_overrides=None):
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise GenerationError(f"checkpoint {path} does not fit the model of "
                               f"{os.path.join(model_dir, CONFIG_FILE)} ({first})") from None
-    return Run(model, tokenizer, config, path, data_dir, model_dir)
+    return Run(model, tokenizer, config, path, data_dir, model_dir, meta=meta)
+
+
+def load(model_dir=None, model=None, checkpoint="best", model_overrides=None):
+    """A `Run` from a run directory (`load_run`) or a `.keras` package
+    (`serving.packaged.load_package`): give exactly one of `model_dir`, `model`."""
+    if (model_dir is None) == (model is None):
+        raise GenerationError("give either --model (a .keras file) or --model_dir (a run "
+                              "directory)")
+    if model is not None:
+        from serving.packaged import load_package
+
+        return load_package(model, model_overrides)
+    return load_run(model_dir, checkpoint, model_overrides)
 
 
 def generate_text(run, prompt, num_tokens, *, temperature=1.0, top_k=0, top_p=1.0, greedy=False,

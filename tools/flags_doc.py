@@ -72,22 +72,22 @@ GROUPS = {
         ("solver and output", ("method", "format")),
     ),
     "generate.py": (
-        ("run", ("model_dir", "checkpoint")),
+        ("model", ("model", "model_dir", "checkpoint")),
         ("prompt", ("prompt", "prompt_file")),
         ("sampling", ("num_tokens", "num_samples", "temperature", "top_k", "top_p", "greedy",
                       "seed")),
         ("memory", ("mem_len", "chunk_len")),
     ),
     "evaluate.py": (
-        ("run", ("model_dir", "checkpoint")),
+        ("model", ("model", "model_dir", "checkpoint")),
         ("text", ("split", "text_file", "data_dir")),
         ("evaluation settings", ("seq_len", "mem_len", "batch_size", "clamp_len",
                                  "same_length")),
         ("output", ("output", "progress_interval")),
     ),
     "export.py": (
-        ("run", ("model_dir", "checkpoint")),
-        ("output", ("format", "output", "mem_len", "overwrite")),
+        ("model", ("model_dir", "model", "checkpoint")),
+        ("output", ("format", "output", "dtype", "mem_len", "overwrite")),
     ),
 }
 

@@ -397,6 +397,27 @@ def incompatible_fields(old, new):
     return sorted(diff)
 
 
+def check_model_dir(config):
+    """Raises ConfigError unless --model_dir is a directory or can become one.
+
+    An existing file at the path, or at one of its parents, is refused
+    before anything is written (the run directory would not be creatable).
+    """
+    path = os.path.abspath(config.model_dir)
+    while True:
+        if os.path.exists(path):
+            if os.path.isdir(path):
+                return
+            what = ("is an existing file" if path == os.path.abspath(config.model_dir)
+                    else f"is inside {path}, an existing file")
+            raise ConfigError(f"--model_dir={config.model_dir} {what}, not a directory: choose "
+                              "a directory for the run (e.g. runs/<name>)")
+        parent = os.path.dirname(path)
+        if parent == path:
+            return
+        path = parent
+
+
 def check_resume(config, overwrite=False):
     """Checks that model_dir is empty, holds a compatible run, or may be overwritten.
 

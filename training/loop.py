@@ -13,6 +13,7 @@ import contextlib
 import json
 import math
 import os
+import shlex
 import shutil
 import time
 
@@ -25,7 +26,8 @@ import data_utils
 from training import checkpoint as checkpoint_lib
 from training import metrics, run_lock, summaries
 from training import strategy as strategy_lib
-from training.config import ConfigError, check_data, check_replicas, check_resume
+from training.config import (ConfigError, check_data, check_model_dir, check_replicas,
+                             check_resume)
 from training.trainer import Trainer
 
 TRAINING_LOG = "training_log.log"
@@ -144,6 +146,7 @@ def train(config, callbacks=None, *, strategy=None, overwrite=False):
         NonFiniteError: the loss or a gradient became non-finite.
     """
     callbacks = list(callbacks or [])
+    check_model_dir(config)
     if strategy is None:
         strategy = strategy_lib.make_strategy(config.strategy, config.num_cpu_replicas, config.tpu)
     if config.deterministic:
@@ -342,7 +345,8 @@ class _Run:
 
     def _finish(self):
         trainer, config, model_dir = self.trainer, self.config, self.config.model_dir
-        results = {"step": self.step, "model_family": config.model_family}
+        results = {"step": self.step, "model_family": config.model_family,
+                   "planned_steps": trainer.horizon}
         for plugin in trainer.plugins:
             plugin.on_finish(results, model_dir, self.chief)
         valid = self._valid[1]  # run() always ends with a valid evaluation at this step
@@ -365,4 +369,116 @@ class _Run:
             self.summaries.close()
         for callback in self.callbacks:
             callback.on_train_end(results)
+        if self.step < trainer.horizon:
+            logging.warning("%s", cut_short_note(self.step, trainer.horizon))
         return results
+
+
+def cut_short_note(step, planned):
+    """The line that says a run stopped before the end of its planned schedules."""
+    return (f"cut short: stopped at step {step} of the {planned} steps its schedules were "
+            "planned for at its first start (the learning rate, the temperature and the "
+            "warm-ups did not finish their curves); run it again with the --epochs/--max_steps "
+            "of its first start to finish the plan")
+
+
+# Fields the retrain command sets itself, or that come from the data or the search.
+_NOT_RETRAIN_FLAGS = frozenset({"data_dir", "model_dir", "model", "logdir", "preset",
+                                "batch_size", "seq_len", "eval_mem_len", "max_steps"})
+
+
+def _flag_value(value):
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (tuple, list)):
+        return ",".join(map(str, value)) or "none"
+    return str(value)
+
+
+def _retrain_flags(config):
+    """train.py flags that repeat the run's recipe (its values that differ from the
+    defaults, model fields that differ from its preset) for a derived retrain."""
+    from model.families import get_family
+    from training.config import TrainConfig
+
+    flags = []
+    for field in TrainConfig.flag_fields():
+        value = getattr(config, field.name)
+        if field.name in _NOT_RETRAIN_FLAGS or field.metadata["group"] == "search" \
+                or value == field.default:
+            continue
+        if isinstance(value, bool):
+            flags.append(f"--{'' if value else 'no'}{field.name}")
+        else:
+            flags.append(f"--{field.name}={_flag_value(value)}")
+    if config.max_steps:
+        flags.append(f"--max_steps={config.max_steps}")
+    preset = get_family(config.model_family).preset_config(
+        config.preset, vocab_size=config.model.vocab_size)
+    for name, value in config.model.to_dict().items():
+        if name in ("architecture", "vocab_size") or value == getattr(
+                preset, name) or _flag_value(value) == _flag_value(getattr(preset, name)):
+            continue
+        if isinstance(value, bool):
+            flags.append(f"--{'' if value else 'no'}{name}")
+        elif value is not None:
+            flags.append(f"--{name}={_flag_value(value)}")
+    return flags
+
+
+def run_summary(config, results):
+    """A short end-of-run summary for the console (train.py prints it).
+
+    Best valid metrics, the derived architecture of a search, where the
+    artefacts are (run directory, TensorBoard logdir) and the commands that
+    come next: retrain the derived network (after a search), generate,
+    evaluate, export, TensorBoard. A run stopped before the end of its
+    planned schedules says so in its last line (`cut_short_note`).
+
+    Args:
+        config: the run's TrainConfig.
+        results: what `train` returned (the content of metrics.json).
+
+    Returns:
+        The summary, lines joined by newlines.
+    """
+    quote = shlex.quote
+    model_dir = quote(config.model_dir)
+    logdir = config.logdir or default_logdir(config.model_dir)
+    best = results.get("best") or results.get("last") or {}
+    lines = [f"finished {config.model_dir}: step {results['step']} ({config.model_family}, "
+             f"preset {config.preset})"]
+    valid, test = best.get("valid"), best.get("test")
+    if valid:
+        line = (f"best valid (step {best['step']}): perplexity {valid['perplexity']:.2f}, "
+                f"word perplexity {valid['word_perplexity']:.2f}, "
+                f"bits/byte {valid['bits_per_byte']:.4f}")
+        if test:
+            line += f"; test perplexity {test['perplexity']:.2f} at that step"
+        lines.append(line)
+    derivation = results.get("derivation")
+    if derivation:
+        note = " (untrained: NOT a search result)" if derivation.get("untrained") else ""
+        lines.append(f"derived architecture: {derivation['architecture']}{note} "
+                     f"({os.path.join(config.model_dir, 'architecture.json')})")
+    elif results.get("architecture"):
+        lines.append(f"architecture: {results['architecture']}")
+    lines.append(f"run directory: {config.model_dir}   TensorBoard logs: {logdir}")
+    lines.append("next:")
+    if derivation:
+        derived = quote(os.path.normpath(config.model_dir) + "_derived")
+        recipe = " ".join(quote(flag) for flag in _retrain_flags(config))
+        lines.append(f"  python3 train.py --data_dir={quote(config.data_dir)} "
+                     f"--model_dir={derived} --preset={config.preset} --architecture={model_dir} "
+                     f"--arch_warmup_steps=0 {recipe}   # retrain the derived network")
+    lines += [
+        f"  python3 generate.py --model_dir={model_dir} --prompt='The game' --seed=1",
+        f"  python3 evaluate.py --model_dir={model_dir} --split=test",
+        f"  python3 export.py --model_dir={model_dir} "
+        f"--output={quote(os.path.join(config.model_dir, 'model.keras'))}",
+        f"  tensorboard --logdir {quote(os.path.dirname(os.path.normpath(logdir)) or logdir)}",
+    ]
+    planned = results.get("planned_steps")
+    if planned and results["step"] < planned:
+        lines.append(cut_short_note(results["step"], planned))
+    return "\n".join(lines)

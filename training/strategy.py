@@ -51,7 +51,12 @@ def make_strategy(name, num_cpu_replicas=None, tpu=""):
         if num_cpu_replicas:
             return _mirrored_cpu(num_cpu_replicas)
         gpus = tf.config.list_logical_devices("GPU")
-        logging.info("mirrored strategy over %d GPU(s)", len(gpus))
+        if gpus:
+            logging.info("mirrored strategy over %d GPU(s)", len(gpus))
+        else:
+            logging.warning("--strategy=mirrored found 0 GPUs: it runs one replica on the CPU "
+                            "(as --strategy=default); --num_cpu_replicas=N splits the CPU into "
+                            "N replicas for testing")
         return tf.distribute.MirroredStrategy()
     if name == "multi_worker":
         if not os.environ.get("TF_CONFIG"):

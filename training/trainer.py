@@ -107,6 +107,10 @@ class Trainer:
         check_batch_split(config, self.batch_size // self.replicas, self.replicas)
         self._global_tokens = float(self.batch_size * config.seq_len)
         keras.mixed_precision.set_global_policy(config.precision)
+        if config.precision == "mixed_float16" and not tf.config.list_physical_devices("GPU"):
+            logging.warning("--precision=mixed_float16 on a machine without a GPU: CPUs have "
+                            "no fast float16 math, so this runs slower than float32 (CPUs "
+                            "with bfloat16 instructions may gain from mixed_bfloat16)")
         keras.utils.set_random_seed(config.model.seed)
         self.warmup_steps = capped_warmup(config.warmup_steps, self.horizon, WARMUP_FRACTION)
         self.lr_schedule = schedules.make_lr_schedule(

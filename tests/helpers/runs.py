@@ -11,7 +11,10 @@ BEST_STEP, LATEST_STEP = 7, 9
 
 
 def build_data(root, wikitext2_root, tokenizer="word"):
-    """A tiny build (B 4, T 16) of a slice of WikiText-2 valid; returns its directory."""
+    """A tiny build (B 4, T 16) of a slice of WikiText-2 valid; returns its directory.
+
+    Vocabulary: 256 words, 300 sentencepiece pieces, or the 256 bytes.
+    """
     import data_utils
 
     with open(wikitext2_root / "wikitext-2" / "wiki.valid.tokens", encoding="utf-8") as f:
@@ -24,7 +27,8 @@ def build_data(root, wikitext2_root, tokenizer="word"):
     data_utils.build_dataset(data_utils.BuildConfig(
         dataset="text", output_dir=str(out), train_file=str(files["train"]),
         valid_file=str(files["valid"]), test_file=str(files["test"]), tokenizer=tokenizer,
-        vocab_size=256 if tokenizer == "word" else 0, batch_size=4, seq_len=16))
+        vocab_size={"word": 256, "sentencepiece": 300}.get(tokenizer, 0), batch_size=4,
+        seq_len=16))
     return out
 
 
@@ -90,3 +94,46 @@ def make_run(model_dir, data_dir, architecture="supernet", derived="afai"):
 
 # A prompt of word ids shared by the generation tests.
 PROMPT = [5, 17, 3, 40, 8, 22, 9]
+
+
+def make_family_run(model_dir, data_dir, family, architecture="afaf", seed=0):
+    """A run directory of either family with random weights, as train.py lays it out.
+
+    config.json (the family's tiny preset, no dropout), best/ckpt-1 and the
+    data's meta.json and tokenizer files in model_dir/data. Transformer-XL
+    uses `architecture` ("supernet" derives "afai"); weights come from
+    `randomize` (Transformer-XL) or the seeded initialisation (SHA-RNN).
+
+    Returns:
+        The TrainConfig.
+    """
+    import shutil
+
+    import data_utils
+    import keras
+    import tensorflow as tf
+    from model.families import build_model, get_family
+    from training.checkpoint import _VariableList
+    from training.config import TrainConfig
+
+    meta = data_utils.load_meta(str(data_dir))
+    preset = "tiny" if family == "transformer_xl" else "sha_rnn_tiny"
+    fields = {"architecture": architecture} if family == "transformer_xl" else {}
+    model_config = get_family(family).preset_config(
+        preset, vocab_size=meta["vocab_size"], dropout=0.0, **fields)
+    config = TrainConfig(
+        data_dir=str(data_dir), model_dir=str(model_dir), preset=preset, model=model_config,
+        model_family=family, batch_size=meta["batch_size"], seq_len=meta["seq_len"],
+        eval_mem_len=12, max_steps=1)
+    os.makedirs(os.path.join(model_dir, "data"), exist_ok=True)
+    config.save()
+    for name in meta["tokenizer"]["files"] + ["meta.json"]:
+        shutil.copy(os.path.join(data_dir, name), os.path.join(model_dir, "data", name))
+    keras.utils.set_random_seed(seed)
+    model = build_model(model_config)
+    if family == "transformer_xl":
+        randomize(model, seed, "afai" if architecture == "supernet" else None)
+    checkpoint = tf.train.Checkpoint(model=_VariableList(model.variables))
+    tf.train.CheckpointManager(checkpoint, os.path.join(model_dir, "best"), 1,
+                               checkpoint_name="ckpt").save(checkpoint_number=1)
+    return config

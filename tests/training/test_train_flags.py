@@ -97,10 +97,17 @@ def test_architecture_string_and_paths(parse, tmp_path):
     run = tmp_path / "search"
     run.mkdir()
     (run / "architecture.txt").write_text("aaffff\n")
-    config, _ = parse(f"--architecture={run}")
+    config, _ = parse(f"--architecture={run}", "--num_blocks=6")
     assert (config.model.architecture, config.model.num_blocks) == ("aaffff", 6)
-    with pytest.raises(ConfigError, match="--architecture=aff.*num_blocks=4"):
+    # The string never sets the depth: one letter per --num_blocks (the preset's: 4).
+    with pytest.raises(ConfigError, match=rf"--architecture={run} \(aaffff\) has 6 blocks but "
+                       r"the model has --num_blocks=4 \(the preset tiny's unless given\): "
+                       r"give 4 letters, or pass --num_blocks=6"):
+        parse(f"--architecture={run}")
+    with pytest.raises(ConfigError, match="--architecture=aff has 3 blocks.*--num_blocks=4"):
         parse("--architecture=aff", "--num_blocks=4")
+    with pytest.raises(ConfigError, match="--architecture=aff has 3 blocks.*--num_blocks=4"):
+        parse("--architecture=aff")
     with pytest.raises(ConfigError, match="--architecture"):
         parse(f"--architecture={tmp_path}")  # no architecture.json there
 

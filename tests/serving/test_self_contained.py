@@ -1,0 +1,162 @@
+"""An export alone generates what its run generates: no run directory, no built data.
+
+For both model families and the word, sentencepiece and byte tokenizers, a
+run is exported as a `.keras` package and a SavedModel; then the run
+directories and the data are deleted, and in clean processes
+`generate.py --model=<file>` prints what `generate.py --model_dir=<run>`
+printed, and the SavedModel's `generate` signature (loaded with TensorFlow
+and tensorflow_text only) returns the same texts and the same token ids as
+the library's `Decoder` on the run, for the same seeds.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import PROJECT_ROOT
+from tests.helpers.runs import build_data, make_family_run
+
+TOKENIZERS = ("word", "sentencepiece", "byte")
+FAMILIES = ("transformer_xl", "sha_rnn")
+PROMPT = "The game of the year"
+# generate.py flags of each case (sampled with top-k/top-p/temperature, or greedy).
+SAMPLING = {"num_tokens": 12, "num_samples": 2, "seed": 7, "top_k": 40, "top_p": 0.95,
+            "temperature": 0.9, "greedy": False}
+GREEDY = dict(SAMPLING, greedy=True, seed=0)
+
+# Loads every SavedModel with TensorFlow and tensorflow_text only, runs its generate
+# signature, then loads every .keras package with the project's code and generates
+# with the library; prints JSON.
+CLEAN_PROCESS = r"""
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (the sentencepiece op)
+
+cases = json.loads(sys.argv[1])
+out = {}
+for name, case in cases.items():
+    generate = tf.saved_model.load(case["saved"]).signatures["generate"]
+    o = case["options"]
+    result = generate(prompt=tf.constant(case["prompt"]), num_tokens=tf.constant(o["num_tokens"]),
+                      num_samples=tf.constant(o["num_samples"]),
+                      temperature=tf.constant(o["temperature"], tf.float32),
+                      top_k=tf.constant(o["top_k"]), top_p=tf.constant(o["top_p"], tf.float32),
+                      greedy=tf.constant(o["greedy"]), seed=tf.constant(o["seed"], tf.int64))
+    out[name] = {"saved_text": [t.decode("utf-8") for t in result["text"].numpy()],
+                 "saved_ids": result["token_ids"].numpy().tolist()}
+project = sorted(m for m in sys.modules if m.split(".")[0] in
+                 ("model", "serving", "training", "pardata", "data_utils"))
+assert not project, project
+
+from serving.generation import encode_prompt
+from serving.packaged import load_package
+
+for name, case in cases.items():
+    o = case["options"]
+    run = load_package(case["keras"])
+    ids = encode_prompt(run.tokenizer, case["prompt"]).ids
+    tokens = run.decoder().generate(
+        ids, o["num_tokens"], num_samples=o["num_samples"], temperature=o["temperature"],
+        top_k=o["top_k"], top_p=o["top_p"], greedy=o["greedy"], seed=o["seed"],
+        chunk_len=run.config.seq_len)
+    out[name]["keras_ids"] = tokens.tolist()
+print("RESULT " + json.dumps(out))
+"""
+
+
+def _flags(options):
+    flags = [f"--{k}={v}" for k, v in options.items() if k != "greedy"]
+    return flags + (["--greedy"] if options["greedy"] else [])
+
+
+def _samples(stdout):
+    """The texts generate.py printed, one per sample (after its '=== sample' headers)."""
+    texts, current = [], None
+    for line in stdout.splitlines(keepends=True):
+        if line.startswith("=== sample "):
+            current = len(texts)
+            texts.append("")
+        else:
+            texts[current] += line
+    return [t[:-1] if t.endswith("\n") else t for t in texts]
+
+
+@pytest.mark.slow
+def test_exports_alone_reproduce_the_run(tmp_path, wikitext2_root, cli_cases):
+    from serving import export
+    from serving.generation import encode_prompt, load_run
+
+    cases = {}
+    for tokenizer in TOKENIZERS:
+        (tmp_path / f"data_{tokenizer}").mkdir()
+        data_dir = build_data(tmp_path / f"data_{tokenizer}", wikitext2_root, tokenizer)
+        for family in FAMILIES:
+            name = f"{family}-{tokenizer}"
+            run_dir = tmp_path / "runs" / name
+            # One supernet (deterministic evaluation architecture), the others fixed.
+            architecture = "supernet" if tokenizer == "word" else "afaf"
+            make_family_run(run_dir, data_dir, family, architecture, seed=len(cases))
+            options = GREEDY if name == "sha_rnn-byte" else SAMPLING
+            cases[name] = {"run": str(run_dir), "data": str(data_dir), "options": options,
+                           "prompt": PROMPT, "keras": str(tmp_path / f"{name}.keras"),
+                           "saved": str(tmp_path / f"{name}_saved")}
+
+    # The runs: generate.py --model_dir, the library's ids, and both exports.
+    by_dir = cli_cases("generate.py", {
+        name: [f"--model_dir={c['run']}", f"--prompt={c['prompt']}", *_flags(c["options"])]
+        for name, c in cases.items()})
+    expected_ids = {}
+    for name, case in cases.items():
+        code, stdout, stderr = by_dir[name]
+        assert code == 0, (name, stderr[-2000:])
+        run = load_run(case["run"])
+        o = case["options"]
+        expected_ids[name] = run.decoder().generate(
+            encode_prompt(run.tokenizer, PROMPT).ids, o["num_tokens"],
+            num_samples=o["num_samples"], temperature=o["temperature"], top_k=o["top_k"],
+            top_p=o["top_p"], greedy=o["greedy"], seed=o["seed"],
+            chunk_len=run.config.seq_len).tolist()
+        export.export_keras(run, case["keras"])
+        export.export_saved_model(run, case["saved"])
+
+    # Nothing of the runs or their data is left.
+    shutil.rmtree(tmp_path / "runs")
+    for tokenizer in TOKENIZERS:
+        shutil.rmtree(tmp_path / f"data_{tokenizer}")
+
+    by_file = cli_cases("generate.py", {
+        name: [f"--model={c['keras']}", f"--prompt={c['prompt']}", *_flags(c["options"])]
+        for name, c in cases.items()})
+    child = subprocess.run(
+        [sys.executable, "-c", CLEAN_PROCESS, json.dumps(cases)], cwd=tmp_path,
+        capture_output=True, text=True, timeout=900,
+        env=dict(os.environ, PYTHONPATH=str(PROJECT_ROOT), TF_CPP_MIN_LOG_LEVEL="2"))
+    lines = [l for l in child.stdout.splitlines() if l.startswith("RESULT ")]
+    assert child.returncode == 0 and lines, child.stderr[-3000:]
+    clean = json.loads(lines[-1][len("RESULT "):])
+
+    for name, case in cases.items():
+        texts = _samples(by_dir[name][1])
+        assert len(texts) == case["options"]["num_samples"], by_dir[name][1]
+        assert all(t.startswith(PROMPT) and len(t) > len(PROMPT) for t in texts), texts
+        code, stdout, stderr = by_file[name]
+        assert code == 0, (name, stderr[-2000:])
+        assert stdout == by_dir[name][1], name
+        assert clean[name]["keras_ids"] == expected_ids[name], name
+        assert clean[name]["saved_ids"] == expected_ids[name], name
+        assert clean[name]["saved_text"] == texts, name
+    # The prompt can come from standard input (--prompt_file=-), no prompt file needed.
+    name = "transformer_xl-sentencepiece"
+    piped = subprocess.run(
+        [sys.executable, "generate.py", f"--model={cases[name]['keras']}", "--prompt_file=-",
+         *_flags(cases[name]["options"])], input=PROMPT, cwd=PROJECT_ROOT, capture_output=True,
+        text=True, timeout=600, env=dict(os.environ, PYTHONPATH=str(PROJECT_ROOT),
+                                         TF_CPP_MIN_LOG_LEVEL="2"))
+    assert piped.returncode == 0 and piped.stdout == by_dir[name][1], piped.stderr[-2000:]
+    # The seeds matter: the sampled rows differ.
+    assert any(ids[0] != ids[1] for name, ids in expected_ids.items()
+               if not cases[name]["options"]["greedy"])

@@ -1,0 +1,65 @@
+"""base_model.sh: the 20-epoch search and the quick look have their own run directories,
+and the quick look's schedules are planned for its own 3,000 steps."""
+
+import os
+import subprocess
+
+import pytest
+from absl import flags
+
+
+def _train_args(project_root, tmp_path, *args):
+    """The train.py arguments base_model.sh passes (PYTHON is a stub that prints them)."""
+    stub = tmp_path / "python_stub"
+    stub.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    stub.chmod(0o755)
+    done = subprocess.run(["bash", str(project_root / "base_model.sh"), *args],
+                          env=dict(os.environ, PYTHON=str(stub)), capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "train.py"
+    return lines[1:]
+
+
+def _config(args, data_dir):
+    import train as train_cli
+
+    fv = train_cli.define_flags(flags.FlagValues())
+    # The last flag wins, as in absl; the tiny build needs no adaptive-softmax cutoffs.
+    fv(["train.py", *args, f"--data_dir={data_dir}", "--cutoffs=none"])
+    return train_cli.config_from_flags(fv)[0]
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_quick_look_has_its_own_run_and_plan(project_root, tmp_path, word_data, quick):
+    import data_utils
+    from training.config import capped_warmup, total_steps
+
+    args = _train_args(project_root, tmp_path, *(["--quick"] if quick else []))
+    assert "--quick" not in args
+    config = _config(args, word_data)
+    records = data_utils.load_meta(str(word_data))["splits"]["train"]["records"]
+    if quick:
+        assert config.model_dir == "runs/wt2_base_quick"
+        assert config.max_steps == total_steps(config, records) == 3000
+        assert (config.eval_interval, config.checkpoint_interval) == (500, 500)
+        # The warm-ups fit the 3,000 planned steps without being capped.
+        assert capped_warmup(config.warmup_steps, 3000, 0.1) == config.warmup_steps == 300
+        assert capped_warmup(config.arch_warmup_steps, 3000, 0.2) == config.arch_warmup_steps
+    else:
+        assert config.model_dir == "runs/wt2_base_supernet"
+        assert (config.epochs, config.max_steps) == (20, 0)
+        assert (config.warmup_steps, config.arch_warmup_steps) == (1000, 2000)
+        assert (config.eval_interval, config.checkpoint_interval) == (2500, 2500)
+    # Everything else is the same recipe.
+    assert (config.preset, config.optimizer, config.learning_rate, config.lr_schedule,
+            config.min_lr, config.clip_norm, config.tau_start, config.tau_end) == (
+        "wt2_base", "adam", 1e-3, "cosine", 1e-5, 0.25, 1.0, 0.1)
+
+
+def test_user_flags_win(project_root, tmp_path, word_data):
+    args = _train_args(project_root, tmp_path, "--quick", "--max_steps=100",
+                       "--model_dir=runs/other")
+    config = _config(args, word_data)
+    assert (config.model_dir, config.max_steps) == ("runs/other", 100)

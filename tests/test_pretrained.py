@@ -1,0 +1,63 @@
+"""pretrained/wt2_base.keras works right after clone: generate.py --model gives text, and
+evaluate.py --model reproduces a stored figure on a slice of the shipped test text.
+
+The figure was computed once (machine of the model card, one CPU core) by
+
+    python3 -c "import lzma; d = lzma.decompress(open('datasets/wikitext-2/wiki.test.tokens.xz',
+        'rb').read()); open('slice.txt', 'wb').write(b''.join(d.splitlines(True)[:300]))"
+    python3 evaluate.py --model=pretrained/wt2_base.keras --text_file=slice.txt --output=s.json
+
+which printed `23438 tokens ..., 18027 words, 89451 bytes`, `nll 3.6384 perplexity 38.031`
+(s.json: total_nll 85277.01551818848). The counts are exact; the NLL is compared to
+1e-5 relative (float32 sums differ in the last bits between CPUs).
+"""
+
+import hashlib
+import json
+import re
+
+import pytest
+
+MODEL = "pretrained/wt2_base.keras"
+SLICE_LINES = 300
+SLICE = {"tokens": 23438, "words": 18027, "bytes": 89451, "total_nll": 85277.01551818848}
+
+
+def test_model_card_describes_the_committed_file(project_root):
+    data = (project_root / MODEL).read_bytes()
+    card = (project_root / "pretrained" / "README.md").read_text(encoding="utf-8")
+    assert hashlib.sha256(data).hexdigest() in card
+    assert f"{len(data):,} bytes" in card
+    # The test figure the card states is the one evaluate.py prints (3 decimals).
+    assert re.search(r"test perplexity \*\*42\.143\*\*", card)
+
+
+@pytest.mark.slow
+def test_pretrained_generates_and_evaluates(project_root, wikitext2_root, tmp_path, cli_cases):
+    lines = (wikitext2_root / "wikitext-2" / "wiki.test.tokens").read_bytes().splitlines(True)
+    text = tmp_path / "slice.txt"
+    text.write_bytes(b"".join(lines[:SLICE_LINES]))
+    output = tmp_path / "slice.json"
+    evaluated = cli_cases("evaluate.py", {
+        "slice": [f"--model={MODEL}", f"--text_file={text}", f"--output={output}"]})
+    code, stdout, stderr = evaluated["slice"]
+    assert code == 0, stderr[-3000:]
+    result = json.loads(output.read_text())
+    assert {k: result[k] for k in ("tokens", "words", "bytes")} == {
+        k: SLICE[k] for k in ("tokens", "words", "bytes")}
+    assert result["total_nll"] == pytest.approx(SLICE["total_nll"], rel=1e-5)
+    assert result["storage_dtype"] == "float16" and result["step"] == 52500
+    assert f"perplexity {result['perplexity']:.3f}" in stdout
+
+    prompt = "The game was released in"
+    generated = cli_cases("generate.py", {
+        "sample": [f"--model={MODEL}", f"--prompt={prompt}", "--num_tokens=40", "--seed=1"],
+        "greedy": [f"--model={MODEL}", f"--prompt={prompt}", "--num_tokens=40", "--greedy"]})
+    for name, (code, stdout, stderr) in generated.items():
+        assert code == 0, (name, stderr[-3000:])
+        assert stdout.startswith(prompt + " ")
+        words = stdout[len(prompt):].split()
+        assert len(words) >= 20, stdout  # 40 sentencepiece tokens: text, not fragments
+        # Mostly real words: the model learned English, not noise.
+        alphabetic = [w for w in words if w.isalpha()]
+        assert len(alphabetic) >= len(words) // 2, stdout

@@ -1,0 +1,105 @@
+"""The end-of-run summary train.py prints: metrics, derived architecture, artefacts, the
+next commands (the retrain command parses back to the run's recipe), and a run stopped
+before the end of its planned schedules says so in its last line."""
+
+import logging
+import shlex
+
+import pytest
+from absl import flags
+
+
+class _Stop(Exception):
+    pass
+
+
+class _StopAfter:
+    """A loop callback that kills the run after the logged step `step`."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def on_train_log(self, step, logs):
+        if step >= self.step:
+            raise _Stop()
+
+    def on_evaluate(self, split, step, results):
+        pass
+
+    def on_train_end(self, results):
+        pass
+
+
+def _command(summary, script):
+    line = next(l for l in summary.splitlines() if l.strip().startswith(f"python3 {script}"))
+    return shlex.split(line.split("#")[0])[2:]  # the flags
+
+
+@pytest.mark.slow
+def test_summary_of_a_search_cut_short(tiny_config_factory, tmp_path, caplog):
+    import train as train_cli
+    from training.loop import run_summary, train
+
+    config = tiny_config_factory(
+        tmp_path / "search", max_steps=8, checkpoint_interval=4, log_interval=1,
+        eval_interval=4, eval_max_records=2, sample_tokens=0, arch_warmup_steps=1,
+        optimizer="adamw", weight_decay=0.01, warmup_steps=2, model_num_blocks=2,
+        model_attention="adaptive_span")
+    with pytest.raises(_Stop):
+        train(config, callbacks=[_StopAfter(5)])  # dies after the checkpoint at step 4
+    shorter = config.replace(max_steps=6)  # resumed: its schedules stay planned for 8
+    with caplog.at_level(logging.WARNING):
+        results = train(shorter)
+    summary = run_summary(shorter, results)
+    lines = summary.splitlines()
+
+    assert results["step"] == 6 and results["planned_steps"] == 8
+    assert lines[-1].startswith("cut short: stopped at step 6 of the 8 steps its schedules")
+    assert any(r.getMessage().startswith("cut short: stopped at step 6 of the 8")
+               for r in caplog.records)
+    best = results["best"]
+    assert lines[0] == f"finished {shorter.model_dir}: step 6 (transformer_xl, preset tiny)"
+    assert lines[1] == (
+        f"best valid (step {best['step']}): perplexity {best['valid']['perplexity']:.2f}, "
+        f"word perplexity {best['valid']['word_perplexity']:.2f}, bits/byte "
+        f"{best['valid']['bits_per_byte']:.4f}; test perplexity "
+        f"{best['test']['perplexity']:.2f} at that step")
+    derived = results["derivation"]["architecture"]
+    assert lines[2].startswith(f"derived architecture: {derived}")
+    assert f"run directory: {shorter.model_dir}   TensorBoard logs: {shorter.logdir}" in lines
+    for script in ("generate.py", "evaluate.py", "export.py"):
+        assert f"--model_dir={shorter.model_dir}" in _command(summary, script)
+    assert f"  tensorboard --logdir {tmp_path / 'search'}" in lines
+
+    # The retrain command is a valid train.py command with the run's recipe and
+    # the derived architecture.
+    fv = train_cli.define_flags(flags.FlagValues())
+    fv(["train.py", *_command(summary, "train.py")])
+    retrain, _ = train_cli.config_from_flags(fv)
+    assert retrain.model.architecture == derived
+    assert retrain.model_dir == f"{shorter.model_dir}_derived"
+    assert retrain.arch_warmup_steps == 0
+    for name in ("optimizer", "weight_decay", "learning_rate", "warmup_steps", "clip_norm",
+                 "max_steps", "eval_interval", "checkpoint_interval", "log_interval"):
+        assert getattr(retrain, name) == getattr(shorter, name), name
+    assert retrain.model.attention == "adaptive_span"
+    assert retrain.model.replace(architecture="supernet", num_blocks=2) == shorter.model
+
+
+def test_summary_of_a_finished_fixed_run():
+    from model.transformer_xl.presets import preset_config
+    from training.config import TrainConfig
+    from training.loop import run_summary
+
+    config = TrainConfig(data_dir="data/x", model_dir="runs/fixed",
+                         model=preset_config("tiny", vocab_size=256, architecture="afaf"),
+                         preset="tiny", max_steps=10)
+    valid = {"perplexity": 51.234, "word_perplexity": 70.0, "bits_per_byte": 1.5}
+    results = {"step": 10, "planned_steps": 10, "architecture": "afaf",
+               "best": {"step": 10, "valid": valid, "test": None}}
+    lines = run_summary(config, results).splitlines()
+    assert lines[1] == ("best valid (step 10): perplexity 51.23, word perplexity 70.00, "
+                        "bits/byte 1.5000")
+    assert lines[2] == "architecture: afaf"
+    assert not any("train.py" in line or "cut short" in line for line in lines)
+    assert lines[-1] == "  tensorboard --logdir logs"
