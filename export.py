@@ -11,7 +11,9 @@ The SavedModel has a `serve` signature `(token_ids int32 [B, T], state_0, ...)
 (Transformer-XL memories [B, M, D]; SHA-RNN LSTM states and memory) and a copy
 of the tokenizer in `output/tokenizer/` (see serving/export.py). The output is
 written to a temporary path and renamed at the end. Errors a user can cause
-end in one line `error: ...` on stderr and exit status 1.
+(a full disk too) end in one line `error: ...` on stderr and exit status 1;
+Ctrl-C / SIGTERM end in one line `interrupted: ...` and status 130 / 143,
+with nothing written.
 """
 
 import os
@@ -53,17 +55,22 @@ def main(argv):
     import data_utils
     from serving import export
     from serving.generation import GenerationError, load_run
+    from training import interrupt
 
     try:
-        run = load_run(FLAGS.model_dir, FLAGS.checkpoint)
-        if FLAGS.format == "keras":
-            path = export.export_keras(run, FLAGS.output, overwrite=FLAGS.overwrite)
-        else:
-            path = export.export_saved_model(run, FLAGS.output, mem_len=FLAGS.mem_len,
-                                             overwrite=FLAGS.overwrite)
+        with interrupt.signals_as_interrupts():
+            run = load_run(FLAGS.model_dir, FLAGS.checkpoint)
+            if FLAGS.format == "keras":
+                path = export.export_keras(run, FLAGS.output, overwrite=FLAGS.overwrite)
+            else:
+                path = export.export_saved_model(run, FLAGS.output, mem_len=FLAGS.mem_len,
+                                                 overwrite=FLAGS.overwrite)
     except (GenerationError, data_utils.DataError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt as error:
+        print(f"interrupted: nothing was written to {FLAGS.output}", file=sys.stderr)
+        return interrupt.interrupt_exit_code(error)
     logging.info("exported %s (checkpoint %s) to %s", FLAGS.model_dir, run.checkpoint_path, path)
     print(path)
     return 0

@@ -38,7 +38,6 @@ row, M memory length (mem_len), D model width.
 
 import dataclasses
 import filecmp
-import json
 import math
 import os
 import re
@@ -54,6 +53,7 @@ from pardata.build import SPLITS, encode_split
 from pardata.errors import NotUtf8Error
 from pardata.meta import split_info
 from pardata.text import Progress, SplitSource
+from training import run_dir
 from training.metrics import NllAccumulator, lm_metrics
 
 # Model config fields that evaluation may change on a trained run (the
@@ -382,20 +382,15 @@ def check_output(path):
 
 
 def write_result(path, result):
-    """Writes the result as JSON atomically (temporary name, then rename).
+    """Writes the result as JSON atomically (training.run_dir: temporary name, fsync, rename).
 
     Raises:
         EvaluationError: the file cannot be written.
     """
     path = check_output(path)
-    temp = f"{path}.tmp-{os.getpid()}"
     try:
-        with open(temp, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=2, sort_keys=True)
-            f.write("\n")
-        os.replace(temp, path)
-    except OSError as error:
-        if os.path.exists(temp):
-            os.remove(temp)
-        raise EvaluationError(f"--output={path}: cannot write it ({error.strerror})") from None
+        run_dir.atomic_write_json(path, result)
+    except run_dir.WriteError as error:
+        raise EvaluationError(f"--output={path}: cannot write it ({error.reason}); nothing "
+                              "was written") from None
     return path

@@ -25,7 +25,8 @@ in Transformer-XL evaluation; the first call takes zeros of the right shapes
 into `path/tokenizer/`, readable with `data_utils.load_tokenizer`.
 
 Both exports are written to a temporary path next to the output and renamed
-at the end, so a failed export leaves nothing behind.
+at the end, so a failed export (a full disk, an interruption) leaves nothing
+behind; a failed write is an `ExportError` naming the output and the error.
 
 Size glossary: B batch, T segment length, M memory length, D d_model,
 V vocabulary size.
@@ -33,12 +34,12 @@ V vocabulary size.
 
 import json
 import os
-import secrets
 import shutil
 
 import tensorflow as tf
 
 from serving.generation import META_FILE, GenerationError
+from training import run_dir
 
 SIGNATURE = "serve"
 TOKENIZER_DIR = "tokenizer"
@@ -84,10 +85,17 @@ def export_keras(run, path, overwrite=False):
     try:
         run.model.save(tmp, overwrite=True)
         os.replace(tmp, path)
+    except (OSError, tf.errors.OpError) as error:
+        raise _write_error(path, error) from None
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
     return path
+
+
+def _write_error(path, error):
+    return ExportError(f"cannot write {path}: {run_dir.reason(error)}; nothing was written "
+                       "(the temporary files are removed): free some space and export again")
 
 
 class ServingModule(tf.Module):
@@ -149,6 +157,8 @@ def export_saved_model(run, path, mem_len=None, overwrite=False):
         if os.path.exists(path):
             shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
         os.replace(tmp, path)
+    except (OSError, tf.errors.OpError) as error:
+        raise _write_error(path, error) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return path
@@ -156,8 +166,7 @@ def export_saved_model(run, path, mem_len=None, overwrite=False):
 
 def _temporary_name(path):
     """A fresh hidden name next to `path` (same file system, so renaming is atomic)."""
-    parent, base = os.path.split(os.path.abspath(path))
-    return os.path.join(parent, f".{base}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    return run_dir.temporary_name(path)
 
 
 def _copy_tokenizer(data_dir, target):

@@ -157,3 +157,36 @@ class TfPreemption:
         import shutil
 
         shutil.rmtree(self._directory, ignore_errors=True)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM turned into an exception by `signals_as_interrupts`."""
+
+    signum = signal.SIGTERM
+
+
+def interrupt_exit_code(error):
+    """128 + the signal of a KeyboardInterrupt (130) or a `Terminated` (143)."""
+    return 128 + int(getattr(error, "signum", signal.SIGINT))
+
+
+class signals_as_interrupts:  # noqa: N801  (used like a function: `with ...:`)
+    """For scripts whose writes are all atomic (export, evaluate): SIGTERM raises
+    `Terminated` as Ctrl-C raises KeyboardInterrupt, so that the same clean-up
+    runs (temporaries removed) and the script can exit with 143. A no-op outside
+    the main thread."""
+
+    def __enter__(self):
+        self._previous = None
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._raise)
+        return self
+
+    @staticmethod
+    def _raise(signum, frame):
+        del signum, frame
+        raise Terminated()
+
+    def __exit__(self, *exc_info):
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
