@@ -40,7 +40,6 @@ import dataclasses
 import filecmp
 import math
 import os
-import re
 import time
 
 from absl import logging
@@ -295,8 +294,7 @@ def split_ids(run, split, data_dir=None):
 
 
 def _checkpoint_step(path):
-    match = re.search(r"ckpt-(\d+)$", os.path.basename(path))
-    return int(match.group(1)) if match else None
+    return run_dir.checkpoint_step(path)
 
 
 def evaluate_run(run, *, split=None, text_file=None, data_dir=None, seq_len=None,

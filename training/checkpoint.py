@@ -43,7 +43,6 @@ Safety (docs/faults.md):
 """
 
 import os
-import re
 import shutil
 
 from absl import logging
@@ -142,11 +141,11 @@ def checkpoints(directory):
         step = run_dir.checkpoint_file_step(name)
         if step is not None and name.endswith(".index"):
             steps.add(step)
-    prefix = re.compile(re.escape(CHECKPOINT_NAME) + r"-(\d+)$")
     for path in _listed(directory):
-        match = prefix.match(os.path.basename(path))
-        if match and os.path.dirname(os.path.abspath(path)) == os.path.abspath(directory):
-            steps.add(int(match.group(1)))
+        step = run_dir.checkpoint_step(path)
+        if step is not None and os.path.dirname(os.path.abspath(path)) == os.path.abspath(
+                directory):
+            steps.add(step)
     return [run_dir.checkpoint_prefix(directory, s) for s in sorted(steps, reverse=True)]
 
 
@@ -252,7 +251,7 @@ def state_check(train_records):
             position = int(reader.get_tensor(_state_key("data_position")))
         except (tf.errors.OpError, ValueError) as error:
             return f"{prefix}.index lacks the trainer state ({run_dir.reason(error)})"
-        expected = int(os.path.basename(prefix).rsplit("-", 1)[1])
+        expected = run_dir.checkpoint_step(prefix)
         if step != expected:
             return f"{prefix}.index holds step {step}, not {expected}"
         if not 0 <= position < train_records or epoch * train_records + position != step:

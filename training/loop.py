@@ -151,17 +151,20 @@ def nonfinite_fixes(config, skip_hint=True):
 
 
 def describe_nonfinite(out):
-    """'loss (nan)', 'gradient of the weights (grad_norm=inf)', ... joined by ' and '."""
+    """'the loss (nan) is', 'the gradient of the weights (grad_norm=inf) is', ...: what
+    was not finite in a step's output (Trainer.train_step's `nonfinite`)."""
     parts = []
     for key in out.get("nonfinite", []):
         if key == "loss":
-            parts.append(f"loss ({out['loss']})")
+            parts.append(f"the loss ({out['loss']})")
         elif key == "grad_norm":
-            parts.append(f"gradient of the weights (grad_norm={out[key]})")
+            parts.append(f"the gradient of the weights (grad_norm={out[key]})")
         else:
             group = key[:-len("_grad_norm")]
-            parts.append(f"gradient of the {group} group ({key}={out[key]})")
-    return " and ".join(parts) or "loss or gradient"
+            parts.append(f"the gradient of the {group} group ({key}={out[key]})")
+    if not parts:
+        return "the loss or a gradient is"
+    return " and ".join(parts) + (" are" if len(parts) > 1 else " is")
 
 
 def train(config, callbacks=None, *, strategy=None, overwrite=False):
@@ -463,11 +466,12 @@ class _Run:
         latest = self.trainer.checkpointer.latest
         if config.on_nonfinite == "stop":
             raise NonFiniteError(
-                f"non-finite {what} at step {step}: stopped without saving; the last "
-                f"checkpoint ({latest}) is intact; {nonfinite_fixes(config)}")
+                f"non-finite loss or gradient at step {step}: {what} not finite; stopped "
+                f"without saving; the last checkpoint ({latest}) is intact; "
+                f"{nonfinite_fixes(config)}")
         self._nonfinite_in_a_row += 1
         self._skipped += 1
-        logging.warning("step %d: non-finite %s: update skipped (%d in a row; the run stops "
+        logging.warning("step %d: %s not finite: update skipped (%d in a row; the run stops "
                         "after %d)", step, what, self._nonfinite_in_a_row,
                         config.max_nonfinite_steps)
         if not self.trainer.state_is_finite():
@@ -476,7 +480,8 @@ class _Run:
         if self._nonfinite_in_a_row >= config.max_nonfinite_steps:
             raise NonFiniteError(
                 f"{self._nonfinite_in_a_row} steps in a row were non-finite (--max_nonfinite_"
-                f"steps={config.max_nonfinite_steps}), the last at step {step}: {what}; stopped "
+                f"steps={config.max_nonfinite_steps}), the last at step {step}: {what} not "
+                f"finite; stopped "
                 f"without saving; the last checkpoint ({latest}) is intact; "
                 f"{nonfinite_fixes(config, skip_hint=False)}")
 

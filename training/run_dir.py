@@ -64,6 +64,13 @@ def checkpoint_prefix(directory, step):
     return os.path.join(directory, f"{CHECKPOINT_NAME}-{int(step)}")
 
 
+def checkpoint_step(prefix):
+    """The step of a checkpoint prefix (`.../ckpt-30` -> 30), else None."""
+    match = re.fullmatch(re.escape(CHECKPOINT_NAME) + r"-(\d+)", os.path.basename(
+        os.fspath(prefix)))
+    return int(match.group(1)) if match else None
+
+
 def checkpoint_file_step(name):
     """The step of a checkpoint file name (`ckpt-30.index` -> 30), else None."""
     match = _CHECKPOINT_FILE.match(name)

@@ -58,9 +58,9 @@ def test_stop_names_the_step_the_quantity_and_the_fixes(nonfinite_runs):
     code, err = results["loss"]
     assert code == 1, err[-2000:]
     line = err.strip().splitlines()[-1]
-    assert line == (f"error: non-finite loss (nan) at step 7: stopped without saving; the last "
-                    f"checkpoint ({runs['loss']}/ckpt-5) is intact; {FIXES}, or skip such "
-                    "steps with --on_nonfinite=skip")
+    assert line == (f"error: non-finite loss or gradient at step 7: the loss (nan) is not "
+                    f"finite; stopped without saving; the last checkpoint ({runs['loss']}/ckpt-5) "
+                    f"is intact; {FIXES}, or skip such steps with --on_nonfinite=skip")
     names = {p.name for p in runs["loss"].iterdir()}
     assert "ckpt-5.index" in names and not [n for n in names if n.startswith(("ckpt-6", "ckpt-7"))]
     _all_finite(runs["loss"] / "ckpt-5")
@@ -69,9 +69,9 @@ def test_stop_names_the_step_the_quantity_and_the_fixes(nonfinite_runs):
     code, err = results["arch"]
     assert code == 1
     line = err.strip().splitlines()[-1]
-    assert line.startswith("error: non-finite gradient of the arch group (arch_grad_norm=nan) "
-                           f"at step 6: stopped without saving; the last checkpoint "
-                           f"({runs['arch']}/ckpt-5) is intact"), line
+    assert line.startswith("error: non-finite loss or gradient at step 6: the gradient of the "
+                           "arch group (arch_grad_norm=nan) is not finite; stopped without "
+                           f"saving; the last checkpoint ({runs['arch']}/ckpt-5) is intact"), line
 
 
 @pytest.mark.slow
@@ -85,12 +85,14 @@ def test_skip_counts_skipped_steps_and_stops_after_too_many_in_a_row(nonfinite_r
     runs, results = nonfinite_runs
     code, err = results["skip"]
     assert code == 1, err[-2000:]
-    assert "step 7: non-finite loss (nan): update skipped (1 in a row; the run stops after 3)" in err
-    assert ("step 8: non-finite gradient of the weights (grad_norm=nan): update skipped (2 in a "
-            "row" in err)
+    assert ("step 7: the loss (nan) is not finite: update skipped (1 in a row; the run stops "
+            "after 3)") in err
+    assert ("step 8: the gradient of the weights (grad_norm=nan) is not finite: update skipped "
+            "(2 in a row") in err
     line = err.strip().splitlines()[-1]
     assert line.startswith("error: 3 steps in a row were non-finite (--max_nonfinite_steps=3), "
-                           "the last at step 22: loss (nan); stopped without saving; the last "
+                           "the last at step 22: the loss (nan) is not finite; stopped without "
+                           "saving; the last "
                            f"checkpoint ({runs['skip']}/ckpt-21) is intact; {FIXES}"), line
     log = read_training_log(runs["skip"] / "training_log.log")
     skipped = {row["step"]: row["skipped"] for row in log}

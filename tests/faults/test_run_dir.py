@@ -84,3 +84,18 @@ def test_write_error_reason_names_the_errno():
     assert run_dir.reason(error) == "Input/output error (EIO)"
     assert str(run_dir.WriteError("a/b", "Input/output error (EIO)", "fix it")) == (
         "cannot write a/b: Input/output error (EIO); fix it")
+
+
+def test_a_full_disk_under_tensorboard_is_a_write_error_naming_the_directory(tiny_disk):
+    from training.summaries import TrainSummaries
+
+    summaries = TrainSummaries(tiny_disk / "logs")
+    summaries.scalars("train", 1, {"loss": 1.0})
+    summaries.flush()
+    fill_disk(tiny_disk)
+    with pytest.raises(run_dir.WriteError) as caught:
+        for step in range(2, 10_000):
+            summaries.text(step, "sample", "x" * 2000)
+            summaries.flush()
+    assert str(caught.value).startswith(f"cannot write {tiny_disk / 'logs'} (TensorBoard "
+                                        "events): No space left on device")

@@ -2,7 +2,8 @@
 
 All cases run in one child process (tests/helpers/faults.py) on a copy of
 the reference run whose newest checkpoint (ckpt-30) has a truncated data
-file; the full disk is a 1 MB tmpfs filled before the child starts.
+file and whose best checkpoint a truncated index; the full disk is a 1 MB
+tmpfs filled before the child starts.
 """
 
 import json
@@ -37,9 +38,10 @@ def serving_cases(reference_run, full_disk, tmp_path_factory):
     root = tmp_path_factory.mktemp("serving_faults")
     run = root / "run"
     shutil.copytree(reference_run, run, ignore=shutil.ignore_patterns("logs"))
-    data = run / "ckpt-30.data-00000-of-00001"
-    with open(data, "r+b") as f:
-        f.truncate(os.path.getsize(data) // 2)
+    best = next((run / "best").glob("ckpt-*.index"))
+    for damaged in (run / "ckpt-30.data-00000-of-00001", best):
+        with open(damaged, "r+b") as f:
+            f.truncate(os.path.getsize(damaged) // 2)
     out = root / "out"
     out.mkdir()
     model = [f"--model_dir={run}"]
@@ -47,6 +49,8 @@ def serving_cases(reference_run, full_disk, tmp_path_factory):
     cases = [
         {"name": "evaluate_latest", "script": "evaluate.py",
          "args": [*model, "--checkpoint=latest", f"--output={out}/eval.json"]},
+        {"name": "evaluate_best", "script": "evaluate.py",
+         "args": [*model, f"--output={out}/best.json"]},
         {"name": "generate_latest", "script": "generate.py",
          "args": [*model, "--checkpoint=latest", "--num_tokens=5", "--seed=1"]},
         {"name": "export_latest", "script": "export.py",
@@ -84,6 +88,12 @@ def test_latest_falls_back_past_a_damaged_checkpoint_with_a_warning(serving_case
     result = json.loads((out / "eval.json").read_text())
     assert result["checkpoint"] == f"{run}/ckpt-25" and result["step"] == 25
     assert (out / "latest.keras").is_file()
+    # A damaged best checkpoint: the newest good one, with a warning naming the file.
+    code, err = results["evaluate_best"]
+    assert code == 0, err[-2000:]
+    best = next((run / "best").glob("ckpt-*.index"))
+    assert f"the best checkpoint is damaged: {best} is damaged" in err, err[-2000:]
+    assert json.loads((out / "best.json").read_text())["checkpoint"] == f"{run}/ckpt-25"
 
 
 @pytest.mark.slow
@@ -109,5 +119,5 @@ def test_interrupted_export_and_evaluation_write_nothing(serving_cases):
         assert code == status, (name, err[-2000:])
         assert err.strip().splitlines()[-1] == line, name
         assert "Traceback" not in err, name
-    assert sorted(os.listdir(out)) == ["eval.json", "latest.keras"]
+    assert sorted(os.listdir(out)) == ["best.json", "eval.json", "latest.keras"]
     assert not leftovers(out)
