@@ -125,6 +125,12 @@ def _listed(directory):
     return [p if os.path.isabs(p) else os.path.join(directory, p) for p in paths if p]
 
 
+def listed_steps(directory):
+    """The steps of the checkpoints TensorFlow's `checkpoint` file lists (complete saves)."""
+    steps = (run_dir.checkpoint_step(p) for p in _listed(directory))
+    return sorted(s for s in steps if s is not None)
+
+
 def checkpoints(directory):
     """The checkpoint prefixes of `directory`, newest (highest step) first.
 

@@ -262,7 +262,15 @@ def _resume_point(config, meta, chief):
             f"({checkpoint_lib.describe_damage(damaged)}); nothing to resume from: pass "
             "--overwrite to start over (or restore the files)")
     if damaged and chief:
+        listed = checkpoint_lib.listed_steps(config.model_dir)
         for prefix, problem in damaged:
+            if listed and run_dir.checkpoint_step(prefix) > max(listed):
+                # Newer than every listed one: a save that never completed.
+                removed = checkpoint_lib.remove_partial(config.model_dir,
+                                                        run_dir.checkpoint_step(prefix))
+                logging.warning("removed %s, the files of a checkpoint whose save did not "
+                                "complete (%s)", ", ".join(removed), problem)
+                continue
             moved = checkpoint_lib.set_aside(prefix)
             logging.warning("%s; resuming from the newest good checkpoint, %s (the damaged "
                             "files are kept as %s)", problem, os.path.basename(path),
