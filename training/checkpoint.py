@@ -126,9 +126,30 @@ def _listed(directory):
 
 
 def listed_steps(directory):
-    """The steps of the checkpoints TensorFlow's `checkpoint` file lists (complete saves)."""
+    """The steps of the checkpoints TensorFlow's `checkpoint` file lists (complete saves).
+
+    Returns:
+        Sorted steps ([] when there is no such file: no save ever completed),
+        or None when the file is there but unreadable.
+    """
+    state = os.path.join(directory, run_dir.CHECKPOINT_STATE)
+    if not os.path.exists(state):
+        return []
+    try:
+        if tf.train.get_checkpoint_state(directory) is None:
+            return None
+    except (tf.errors.OpError, ValueError):
+        return None
     steps = (run_dir.checkpoint_step(p) for p in _listed(directory))
     return sorted(s for s in steps if s is not None)
+
+
+def unfinished(directory, prefix, listed):
+    """True for a checkpoint newer than every listed one (`listed_steps`): its save
+    never completed (TensorFlow lists a checkpoint once its files are written)."""
+    if listed is None:
+        return False  # the list itself is damaged: nothing can be told
+    return not listed or run_dir.checkpoint_step(prefix) > max(listed)
 
 
 def checkpoints(directory):

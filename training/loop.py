@@ -245,39 +245,45 @@ def _remove_temporaries(model_dir):
 
 
 def _resume_point(config, meta, chief):
-    """The newest good checkpoint of a run to resume (damaged newer ones set aside).
+    """The newest good checkpoint of a run to resume.
+
+    A damaged checkpoint newer than every complete (listed) one is the
+    remains of a save that never completed: its files are removed. Any other
+    damaged checkpoint newer than the good one is set aside (renamed
+    `*.damaged`, kept for inspection), and the run resumes from the good one.
 
     Returns:
-        The prefix, or None when the run has no checkpoint yet.
+        The prefix, or None when the run has no complete checkpoint yet.
 
     Raises:
-        ConfigError: checkpoints exist but every one is damaged.
+        ConfigError: checkpoints were saved but every one is damaged.
     """
     records = meta["splits"]["train"]["records"]
-    check = checkpoint_lib.state_check(records)
-    path, damaged = checkpoint_lib.find_good(config.model_dir, check)
-    if path is None and damaged:
+    model_dir = config.model_dir
+    path, damaged = checkpoint_lib.find_good(model_dir, checkpoint_lib.state_check(records))
+    listed = checkpoint_lib.listed_steps(model_dir)
+    broken = [(p, why) for p, why in damaged
+              if not checkpoint_lib.unfinished(model_dir, p, listed)]
+    if path is None and broken:
         raise ConfigError(
-            f"--model_dir={config.model_dir}: every checkpoint is damaged "
+            f"--model_dir={model_dir}: every checkpoint is damaged "
             f"({checkpoint_lib.describe_damage(damaged)}); nothing to resume from: pass "
             "--overwrite to start over (or restore the files)")
     if damaged and chief:
-        listed = checkpoint_lib.listed_steps(config.model_dir)
+        resume = os.path.basename(path) if path else "step 0"
         for prefix, problem in damaged:
-            if listed and run_dir.checkpoint_step(prefix) > max(listed):
-                # Newer than every listed one: a save that never completed.
-                removed = checkpoint_lib.remove_partial(config.model_dir,
-                                                        run_dir.checkpoint_step(prefix))
+            if (prefix, problem) not in broken:
+                removed = checkpoint_lib.remove_partial(model_dir, run_dir.checkpoint_step(prefix))
                 logging.warning("removed %s, the files of a checkpoint whose save did not "
                                 "complete (%s)", ", ".join(removed), problem)
                 continue
             moved = checkpoint_lib.set_aside(prefix)
             logging.warning("%s; resuming from the newest good checkpoint, %s (the damaged "
-                            "files are kept as %s)", problem, os.path.basename(path),
+                            "files are kept as %s)", problem, resume,
                             ", ".join(os.path.basename(m) for m in moved))
-        checkpoint_lib.rewrite_list(config.model_dir)
+        checkpoint_lib.rewrite_list(model_dir)
     if path is None:
-        logging.info("%s has no checkpoint yet: starting at step 0", config.model_dir)
+        logging.info("%s has no complete checkpoint yet: starting at step 0", model_dir)
     return path
 
 

@@ -221,13 +221,13 @@ class Trainer:
         return strategy_lib.gather_rows(self.strategy, list(self.model_state))
 
     def find_resume_point(self):
-        """The newest good checkpoint of model_dir (verified, see `checkpoint.find_good`).
+        """The newest checkpoint of model_dir that reads back whole (`checkpoint.find_good`;
+        training.loop also checks its data position, which only the loop keeps).
 
         Returns:
             (prefix or None, list of (prefix, problem) of damaged newer ones).
         """
-        check = checkpoint_lib.state_check(self.meta["splits"]["train"]["records"])
-        return checkpoint_lib.find_good(self.config.model_dir, check)
+        return checkpoint_lib.find_good(self.config.model_dir)
 
     def restore(self, path=None):
         """Restores a checkpoint (model state included); returns its step or None.
