@@ -507,17 +507,6 @@ class Checkpointer:
         logging.info("restored %s (step %d)", prefix, step)
         return step
 
-    def restore_latest(self):
-        """Restores the newest checkpoint of model_dir, if any (no verification).
-
-        Returns:
-            The restored step, or None when there is no checkpoint.
-        """
-        path = self.latest
-        if path is None:
-            return None
-        return self.restore(path)
-
     def restore_best_model(self):
         """Loads the best checkpoint's weights into the model.
 

@@ -121,3 +121,28 @@ def test_after_every_interruption_the_run_ends_as_the_uninterrupted_one(chain, r
         assert [r[key] for r in resumed_log] == [r[key] for r in reference_log], key
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics == json.loads((reference_run / "metrics.json").read_text())
+
+
+@pytest.mark.slow
+def test_a_signal_at_a_random_step_then_the_same_command_ends_as_the_uninterrupted_run(
+        word_data, reference_run, tmp_path):
+    """More seeds: a random signal (SIGINT or SIGTERM) at a random step, then a resume."""
+    cases, expected = [], {}
+    for seed in (5, 7):  # SIGTERM at step 20 (an evaluation step), SIGINT at 11
+        rng = random.Random(seed)
+        step, name = rng.randint(1, STEPS - 1), rng.choice(["SIGINT", "SIGTERM"])
+        flags = run_flags(word_data, tmp_path / f"seed{seed}")
+        cases += [{"name": f"stop{seed}", "args": flags,
+                   "faults": [{"at": "step", "step": step, "signal": name}]},
+                  {"name": f"resume{seed}", "args": flags}]
+        expected[seed] = (step, 128 + getattr(signal, name))
+    code, results, err = run_child(cases)
+    assert code == 0, err[-3000:]
+    for seed, (step, status) in expected.items():
+        got, stderr = results[f"stop{seed}"]
+        assert got == status, (seed, stderr[-2000:])
+        assert stderr.strip().splitlines()[-1] == LINE.format(step)
+        got, stderr = results[f"resume{seed}"]
+        assert got == 0 and f"resuming {tmp_path / f'seed{seed}'} at step {step}" in stderr
+        assert_same_checkpoint(tmp_path / f"seed{seed}" / f"ckpt-{STEPS}",
+                               reference_run / f"ckpt-{STEPS}")
