@@ -259,8 +259,12 @@ def rewrite_list(directory):
         if os.path.exists(state):
             os.remove(state)
         return
+    # With their times, so that the CheckpointManager deletes them in turn
+    # (--keep_checkpoints) as it does the ones it wrote itself.
+    times = [os.path.getmtime(p + ".index") for p in present]
     tf.compat.v1.train.update_checkpoint_state(
-        directory, present[-1], all_model_checkpoint_paths=present)
+        directory, present[-1], all_model_checkpoint_paths=present,
+        all_model_checkpoint_timestamps=times, last_preserved_timestamp=min(times) - 1.0)
 
 
 def state_check(train_records):

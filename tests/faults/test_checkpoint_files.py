@@ -51,6 +51,16 @@ def test_the_newest_good_checkpoint_and_the_damaged_file_by_name(three_saves):
         "ckpt-3.data-00000-of-00001.damaged", "ckpt-3.index.damaged"]
     checkpoint.rewrite_list(str(run))
     assert checkpoint.listed_steps(str(run)) == [1, 2]
+    # A manager made afterwards deletes the listed ones in turn (--keep_checkpoints).
+    import tensorflow as tf
+
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(c=tf.Variable(1.0)), str(run),
+                                         max_to_keep=2, checkpoint_name="ckpt")
+    for step in (4, 5):
+        manager.save(checkpoint_number=step)
+    assert checkpoint.listed_steps(str(run)) == [4, 5]
+    assert sorted(n for n in os.listdir(run) if n.endswith(".index")) == [
+        "ckpt-4.index", "ckpt-5.index"]
 
 
 def test_a_save_that_never_completed_is_told_from_a_damaged_one(three_saves):
