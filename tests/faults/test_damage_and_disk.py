@@ -55,11 +55,11 @@ def damaged_run(word_data, reference_run, small_disk, tmp_path_factory):
         {"name": "space_freed", "args": flags, "before": [record("disk_full"),
                                                           {"remove": filler}]},
         {"name": "metrics_disk_full", "args": flags, "before": [
-            {"copy": str(run / "metrics.json"), "to": str(notes / "metrics_before.json")}],
+            {"copy": str(run / "metrics.json"), "to": str(notes / "copy_metrics_before.json")}],
          "faults": [{"at": "write", "name": "metrics.json", "fill": str(small_disk)}]},
         {"name": "metrics_space_freed", "args": flags, "before": [
             record("metrics_full"), {"copy": str(run / "metrics.json"),
-                                     "to": str(notes / "metrics_after_failure.json")},
+                                     "to": str(notes / "copy_metrics_after_failure.json")},
             {"remove": filler}]},
         {"name": "all_damaged", "args": flags, "before": [
             {"corrupt": str(run / "ckpt-25.index")},
@@ -68,7 +68,7 @@ def damaged_run(word_data, reference_run, small_disk, tmp_path_factory):
     code, results, err = run_child(cases)
     assert code == 0, err[-3000:]
     listings = {p.stem: json.loads(p.read_text()) for p in notes.glob("*.json")
-                if not p.stem.startswith("metrics")}
+                if not p.stem.startswith("copy_")}
     return dict(run=run, results=results, notes=notes, listings=listings, disk=small_disk)
 
 
@@ -120,8 +120,8 @@ def test_full_disk_at_metrics_keeps_the_old_file_and_a_rerun_writes_it(damaged_r
     assert code == 1
     line = _last_line(results, "metrics_disk_full")
     assert line.startswith(f"error: cannot write {run}/metrics.json: No space left on device")
-    before = (notes / "metrics_before.json").read_bytes()
-    assert (notes / "metrics_after_failure.json").read_bytes() == before
+    before = (notes / "copy_metrics_before.json").read_bytes()
+    assert (notes / "copy_metrics_after_failure.json").read_bytes() == before
     assert not [n for n in damaged_run["listings"]["metrics_full"] if ".tmp" in n]
     code, err = results["metrics_space_freed"]
     assert code == 0, err[-2000:]

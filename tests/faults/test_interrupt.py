@@ -44,11 +44,12 @@ def chain(word_data, reference_run, tmp_path_factory):
         {"name": "sigint_save", "args": flags,
          "faults": [{"at": "save", "step": 15, "signal": "SIGINT"}]},
         # Killed by the second SIGINT while ckpt-20 is being written.
-        {"name": "second_sigint", "args": flags,
+        {"name": "second_sigint", "args": flags, "stderr_to": str(root / "second_sigint.err"),
          "faults": [{"at": "save", "step": 20, "signal": "SIGINT", "again": True}]},
     ]
     out = {"steps": (first, second), "run": run}
     out["graceful"] = run_child(graceful)
+    out["second_sigint_stderr"] = (root / "second_sigint.err").read_text(errors="replace")
     out["after_second_sigint"] = json.loads((root / "listing.json").read_text()) if (
         root / "listing.json").exists() else None
     out["kill"] = run_child([{"name": "sigkill_save", "args": flags, "before": record,
@@ -77,7 +78,7 @@ def test_graceful_stops_write_a_checkpoint_and_say_how_to_resume(chain):
     resumes = {"sigterm_step": first, "sigint_evaluation": second, "sigint_save": 10,
                "second_sigint": 15}
     for name, step in resumes.items():
-        stderr = results[name][1] if name in results else err
+        stderr = results[name][1] if name in results else chain["second_sigint_stderr"]
         assert f"resuming {chain['run']} at step {step}" in stderr, name
     assert "redoing the evaluation the interruption abandoned" in results["sigint_save"][1]
     assert "evaluation of valid abandoned after 1/8 records" in results["sigint_evaluation"][1]

@@ -36,7 +36,8 @@ Actions: {"truncate": PATH}, {"corrupt": PATH} (flip bytes mid-file),
 under DIR, as JSON).
 
 The child prints `CASES <JSON>`: name -> [exit status, stderr]. A case that
-kills the process (SIGKILL, a second signal) must be the last of its child.
+kills the process (SIGKILL, a second signal) must be the last of its child;
+its stderr can be kept in a file (`"stderr_to": PATH`).
 
 The NaN is an extra loss of a test-only plug-in (`InjectNonFinite`), added
 to the registered plug-ins only inside the child.
@@ -61,13 +62,18 @@ from tests.helpers import faults
 
 cases = json.loads(sys.argv[1])
 results = {}
+absl_flags = set(flags.FLAGS)  # absl's own; the scripts' are defined anew for each case
 for case in cases:
+    for name in set(flags.FLAGS) - absl_flags:
+        delattr(flags.FLAGS, name)
     flags.FLAGS.unparse_flags()
     logging.set_verbosity(logging.INFO)  # as at a first start (absl keeps the last level)
     for action in case.get("before", []):
         faults.do(action)
     sys.argv = [case.get("script", "train.py"), *case["args"]]
-    with tempfile.TemporaryFile() as err:
+    # A case that may kill the process keeps its stderr in a file of its own.
+    kept = case.get("stderr_to")
+    with (open(kept, "w+b") if kept else tempfile.TemporaryFile()) as err:
         sys.stderr.flush()
         saved = os.dup(2)
         os.dup2(err.fileno(), 2)
