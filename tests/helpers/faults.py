@@ -57,7 +57,7 @@ from tests.helpers import PROJECT_ROOT
 
 CHILD = r"""
 import json, os, runpy, sys, tempfile, traceback
-from absl import flags, logging
+from absl import app, flags, logging  # app first: its own flags stay
 from tests.helpers import faults
 
 cases = json.loads(sys.argv[1])
