@@ -168,4 +168,4 @@ def any_worker(strategy, flag):
         return bool(flag)
     value = strategy.experimental_distribute_values_from_function(
         lambda context: tf.constant(int(bool(flag)), tf.int32))
-    return bool(strategy.reduce(tf.distribute.ReduceOp.MAX, value, axis=None).numpy())
+    return bool(strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None).numpy() > 0)
