@@ -62,6 +62,10 @@ def damaged_run(word_data, reference_run, small_disk, tmp_path_factory):
                                      "to": str(notes / "copy_metrics_after_failure.json")},
             {"remove": filler}]},
         {"name": "all_damaged", "args": flags, "before": [
+            # The finished run's last checkpoint, kept for the comparison.
+            {"copy": str(run / "ckpt-30.index"), "to": str(notes / "ckpt-30.index")},
+            {"copy": str(run / "ckpt-30.data-00000-of-00001"),
+             "to": str(notes / "ckpt-30.data-00000-of-00001")},
             {"corrupt": str(run / "ckpt-25.index")},
             {"truncate": str(run / "ckpt-30.data-00000-of-00001")}, record("all_damaged")]},
     ]
@@ -127,7 +131,7 @@ def test_full_disk_at_metrics_keeps_the_old_file_and_a_rerun_writes_it(damaged_r
     assert code == 0, err[-2000:]
     assert (run / "metrics.json").read_bytes() == before
     assert json.loads(before) == json.loads((reference_run / "metrics.json").read_text())
-    assert_same_checkpoint(run / f"ckpt-{STEPS}", reference_run / f"ckpt-{STEPS}")
+    assert_same_checkpoint(notes / f"ckpt-{STEPS}", reference_run / f"ckpt-{STEPS}")
 
 
 @pytest.mark.slow
