@@ -55,8 +55,12 @@ _CONFIG_FLAGS = ("data_dir", "output_dir", "train_file", "valid_file", "test_fil
                  "seq_len", "shards", "overwrite", "download")
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, handled as Ctrl-C (the partial build is removed) but exit status 143."""
+
+
 def _interrupt(signum, frame):
-    raise KeyboardInterrupt
+    raise _Terminated
 
 
 def summary(meta: dict, output_dir: str, seconds: float) -> str:
@@ -87,9 +91,9 @@ def main(argv):
     except DataError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         print("error: interrupted; the partial build was removed", file=sys.stderr)
-        return 130
+        return 143 if isinstance(stop, _Terminated) else 130
     print(summary(meta, config.output_dir, time.monotonic() - start))
     return 0
 

@@ -22,7 +22,8 @@ Usage:
     python3 evaluate.py --model_dir=runs/search --text_file=article.txt --batch_size=1
 
 Errors a user can cause end in one line `error: ...` on stderr and exit
-status 1, and nothing is written.
+status 1, and nothing is written; Ctrl-C / SIGTERM end in one line
+`interrupted: ...` and status 130 / 143, with nothing written.
 """
 
 import os
@@ -158,12 +159,17 @@ def main(argv):
     import data_utils
     from serving.evaluation import EvaluationError
     from serving.generation import GenerationError
+    from training import interrupt
 
     try:
-        _evaluate()
+        with interrupt.signals_as_interrupts():
+            _evaluate()
     except (FlagError, EvaluationError, GenerationError, data_utils.DataError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt as error:
+        print("interrupted: no result was written", file=sys.stderr)
+        return interrupt.interrupt_exit_code(error)
     return 0
 
 

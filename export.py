@@ -32,7 +32,9 @@ data deleted, generate.py --model and the SavedModel's generate signature
 reproduce generate.py --model_dir token for token in a clean process.
 
 The output is written to a temporary path and renamed at the end. Errors a
-user can cause end in one line `error: ...` on stderr and exit status 1.
+user can cause (a full disk too) end in one line `error: ...` on stderr and
+exit status 1; Ctrl-C / SIGTERM end in one line `interrupted: ...` and status
+130 / 143, with nothing written.
 """
 
 import os
@@ -91,18 +93,23 @@ def main(argv):
     import data_utils
     from serving import export
     from serving.generation import GenerationError, load
+    from training import interrupt
 
     try:
-        run = load(FLAGS.model_dir or None, FLAGS.model or None, FLAGS.checkpoint)
-        if FLAGS.format == "keras":
-            path = export.export_keras(run, FLAGS.output, overwrite=FLAGS.overwrite,
-                                       dtype=FLAGS.dtype)
-        else:
-            path = export.export_saved_model(run, FLAGS.output, mem_len=FLAGS.mem_len,
-                                             overwrite=FLAGS.overwrite)
+        with interrupt.signals_as_interrupts():
+            run = load(FLAGS.model_dir or None, FLAGS.model or None, FLAGS.checkpoint)
+            if FLAGS.format == "keras":
+                path = export.export_keras(run, FLAGS.output, overwrite=FLAGS.overwrite,
+                                           dtype=FLAGS.dtype)
+            else:
+                path = export.export_saved_model(run, FLAGS.output, mem_len=FLAGS.mem_len,
+                                                 overwrite=FLAGS.overwrite)
     except (GenerationError, data_utils.DataError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt as error:
+        print(f"interrupted: nothing was written to {FLAGS.output}", file=sys.stderr)
+        return interrupt.interrupt_exit_code(error)
     logging.info("exported %s (%s) to %s", FLAGS.model_dir or FLAGS.model, run.checkpoint_path,
                  path)
     print(path)

@@ -148,12 +148,17 @@ def main(argv):
         return 1
     import data_utils
     from serving.generation import GenerationError
+    from training import interrupt
 
     try:
-        _generate()
+        with interrupt.signals_as_interrupts():
+            _generate()
     except (FlagError, GenerationError, data_utils.DataError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt as error:
+        print("interrupted", file=sys.stderr)
+        return interrupt.interrupt_exit_code(error)
     return 0
 
 

@@ -3,7 +3,8 @@ architecture, or SHA-RNN / LSTM (`--model_family`).
 
 Flags become one frozen, validated `TrainConfig` (training/config.py), which
 is written to `model_dir/config.json` and handed to `training.loop.train`.
-Running again with the same flags resumes from the last checkpoint.
+Running again with the same flags resumes from the last checkpoint; Ctrl-C or
+SIGTERM writes one at the current step first (docs/faults.md).
 
 Usage:
     python3 train.py --data_dir=data/wikitext2 --model_dir=runs/search
@@ -297,8 +298,12 @@ def config_summary(config):
 
 
 def main(argv):
+    """Exit status: 0 done, 1 an error the user can fix (one `error: ...` line),
+    130/143 interrupted by SIGINT/SIGTERM after writing a checkpoint (one
+    `interrupted at step N: ...` line; docs/faults.md)."""
     import data_utils
-    from training.loop import NonFiniteError, run_summary, train
+    from training.loop import NonFiniteError, TrainingInterrupted, run_summary, train
+    from training.run_dir import WriteError
 
     if len(argv) > 1:
         print(f"error: unexpected arguments {argv[1:]}; all options are --flags",
@@ -308,7 +313,10 @@ def main(argv):
         config, overwrite = config_from_flags(flags.FLAGS)
         logging.info("%s", config_summary(config))
         results = train(config, overwrite=overwrite)
-    except (ConfigError, data_utils.DataError, NonFiniteError) as error:
+    except TrainingInterrupted as stop:
+        print(stop, file=sys.stderr)
+        return stop.exit_code
+    except (ConfigError, data_utils.DataError, NonFiniteError, WriteError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     print(run_summary(config, results))

@@ -38,10 +38,8 @@ row, M memory length (mem_len), D model width.
 
 import dataclasses
 import filecmp
-import json
 import math
 import os
-import re
 import tempfile
 import time
 
@@ -56,6 +54,7 @@ from pardata.build import SPLITS, encode_split
 from pardata.errors import NotUtf8Error
 from pardata.meta import split_info
 from pardata.text import Progress, SplitSource
+from training import run_dir
 from training.metrics import NllAccumulator, lm_metrics
 
 # Where create_tfrecords.sh puts raw files by default (DATA_DIR).
@@ -360,8 +359,7 @@ def split_ids(run, split, data_dir=None):
 
 
 def _checkpoint_step(path):
-    match = re.search(r"ckpt-(\d+)$", os.path.basename(path))
-    return int(match.group(1)) if match else None
+    return run_dir.checkpoint_step(path)
 
 
 def evaluate_run(run, *, split=None, text_file=None, data_dir=None, seq_len=None,
@@ -462,20 +460,15 @@ def check_output(path):
 
 
 def write_result(path, result):
-    """Writes the result as JSON atomically (temporary name, then rename).
+    """Writes the result as JSON atomically (training.run_dir: temporary name, fsync, rename).
 
     Raises:
         EvaluationError: the file cannot be written.
     """
     path = check_output(path)
-    temp = f"{path}.tmp-{os.getpid()}"
     try:
-        with open(temp, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=2, sort_keys=True)
-            f.write("\n")
-        os.replace(temp, path)
-    except OSError as error:
-        if os.path.exists(temp):
-            os.remove(temp)
-        raise EvaluationError(f"--output={path}: cannot write it ({error.strerror})") from None
+        run_dir.atomic_write_json(path, result)
+    except run_dir.WriteError as error:
+        raise EvaluationError(f"--output={path}: cannot write it ({error.reason}); nothing "
+                              "was written") from None
     return path

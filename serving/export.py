@@ -46,7 +46,8 @@ the next segment continues the text. The tokenizer files and meta.json are
 also written to `path/tokenizer/` for Python (`data_utils.load_tokenizer`).
 
 Both exports are written to a temporary path next to the output and renamed
-at the end, so a failed export leaves nothing behind.
+at the end, so a failed export (a full disk, an interruption) leaves nothing
+behind; a failed write is an `ExportError` naming the output and the error.
 
 Size glossary: B batch (samples), T segment length, M memory length, D
 d_model, V vocabulary size, L prompt tokens, N generated tokens.
@@ -54,13 +55,13 @@ d_model, V vocabulary size, L prompt tokens, N generated tokens.
 
 import json
 import os
-import secrets
 import shutil
 import tempfile
 
 import tensorflow as tf
 
 from serving.generation import META_FILE, GenerationError, sample_tokens
+from training import run_dir
 
 SIGNATURE = "serve"
 GENERATE_SIGNATURE = "generate"
@@ -115,6 +116,8 @@ def export_keras(run, path, overwrite=False, dtype="float32"):
     try:
         package_run(run, dtype=dtype).save(tmp)
         os.replace(tmp, path)
+    except (OSError, tf.errors.OpError) as error:
+        raise _write_error(path, error) from None
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
@@ -126,6 +129,11 @@ class _Untracked:
 
     def __init__(self, value):
         self.value = value
+
+
+def _write_error(path, error):
+    return ExportError(f"cannot write {path}: {run_dir.reason(error)}; nothing was written "
+                       "(the temporary files are removed): free some space and export again")
 
 
 class ServingModule(tf.Module):
@@ -315,6 +323,8 @@ def export_saved_model(run, path, mem_len=None, overwrite=False):
         if os.path.exists(path):
             shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
         os.replace(tmp, path)
+    except (OSError, tf.errors.OpError) as error:
+        raise _write_error(path, error) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return path
@@ -322,8 +332,7 @@ def export_saved_model(run, path, mem_len=None, overwrite=False):
 
 def _temporary_name(path):
     """A fresh hidden name next to `path` (same file system, so renaming is atomic)."""
-    parent, base = os.path.split(os.path.abspath(path))
-    return os.path.join(parent, f".{base}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    return run_dir.temporary_name(path)
 
 
 def _write_tokenizer(run, target):

@@ -40,8 +40,9 @@ import tensorflow as tf
 import data_utils
 from model.families import build_model
 from model.interface import check_model
-from training.checkpoint import BEST_DIR, _VariableList
-from training.config import CONFIG_FILE, TrainConfig
+from training import checkpoint as checkpoint_lib
+from training.config import TrainConfig
+from training.run_dir import CONFIG_FILE, DATA_DIR
 
 META_FILE = "meta.json"  # of a built data directory (docs/interfaces.md)
 # Smallest uniform draw: keeps -log(-log u) finite.
@@ -446,46 +447,34 @@ def _no_model(model_dir, why):
 def resolve_checkpoint(model_dir, checkpoint="best"):
     """The checkpoint prefix to restore, or a GenerationError.
 
-    `checkpoint` is "best" (model_dir/best; the latest, with a warning, when
-    the run was never evaluated), "latest", or a path: a `ckpt-<step>` prefix
-    (absolute or in model_dir) or a directory holding a `checkpoint` file.
+    `checkpoint` is "best" (model_dir/best; the newest good checkpoint, with
+    a warning, when the run was never evaluated or its best one is damaged),
+    "latest" (the newest good one: a damaged newer one is skipped with a
+    warning naming its file), or a path: a `ckpt-<step>` prefix (absolute or
+    in model_dir) or a directory holding a `checkpoint` file. Every
+    checkpoint is read back whole before it is used
+    (`training.checkpoint.resolve_checkpoint`).
     """
-    if checkpoint == "best":
-        path = tf.train.latest_checkpoint(os.path.join(model_dir, BEST_DIR))
-        if path is None:
-            path = tf.train.latest_checkpoint(model_dir)
-            if path is not None:
-                logging.warning("%s has no best checkpoint (no evaluation yet): using the "
-                                "latest, %s", model_dir, path)
-    elif checkpoint == "latest":
-        path = tf.train.latest_checkpoint(model_dir)
-    else:
-        path = None
-        for candidate in (checkpoint, os.path.join(model_dir, checkpoint)):
-            if os.path.isdir(candidate):
-                path = tf.train.latest_checkpoint(candidate)
-            elif os.path.isfile(candidate + ".index"):
-                path = candidate
-            if path:
-                break
-        if path is None:
-            raise GenerationError(
-                f"checkpoint {checkpoint!r} not found: use best, latest, a ckpt-<step> prefix "
-                f"(absolute or in {model_dir}) or a directory holding a 'checkpoint' file")
-    if path is None:
-        raise _no_model(model_dir, "no checkpoint")
+    try:
+        path, warnings = checkpoint_lib.resolve_checkpoint(model_dir, checkpoint)
+    except checkpoint_lib.NoCheckpoint:
+        raise _no_model(model_dir, "no checkpoint") from None
+    except checkpoint_lib.CheckpointError as error:
+        raise GenerationError(str(error)) from None
+    for warning in warnings:
+        logging.warning("%s", warning)
     return path
 
 
 def _tokenizer_dir(model_dir, config):
     """model_dir/data if it holds a build's meta.json, else the config's data_dir."""
-    for directory in (os.path.join(model_dir, "data"), config.data_dir):
+    for directory in (os.path.join(model_dir, DATA_DIR), config.data_dir):
         if os.path.isfile(os.path.join(directory, META_FILE)):
             return directory
     raise GenerationError(
-        f"cannot find the tokenizer of {model_dir}: neither {os.path.join(model_dir, 'data')} "
+        f"cannot find the tokenizer of {model_dir}: neither {os.path.join(model_dir, DATA_DIR)} "
         f"nor data_dir={config.data_dir!r} (from {CONFIG_FILE}) holds a meta.json: copy the "
-        f"built data's meta.json and tokenizer files into {os.path.join(model_dir, 'data')}")
+        f"built data's meta.json and tokenizer files into {os.path.join(model_dir, DATA_DIR)}")
 
 
 def _override_model(config, overrides, model_dir):
@@ -552,12 +541,10 @@ def load_run(model_dir, checkpoint="best", model_overrides=None):
             f"{model_dir} has vocab_size={config.model.vocab_size}: use the data it was trained on")
     model = check_model(build_model(config.model, dtype="float32"))
     try:
-        status = tf.train.Checkpoint(model=_VariableList(model.variables)).restore(path)
-        status.assert_existing_objects_matched().expect_partial()
-    except (AssertionError, ValueError, tf.errors.OpError) as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise GenerationError(f"checkpoint {path} does not fit the model of "
-                              f"{os.path.join(model_dir, CONFIG_FILE)} ({first})") from None
+        checkpoint_lib.restore_model_variables(
+            model, path, what=f"the model of {os.path.join(model_dir, CONFIG_FILE)}")
+    except checkpoint_lib.CheckpointError as error:
+        raise GenerationError(str(error)) from None
     return Run(model, tokenizer, config, path, data_dir, model_dir, meta=meta)
 
 

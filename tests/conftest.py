@@ -8,6 +8,11 @@ import subprocess
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Multi-worker training starts TensorFlow's PreemptionCheckpointHandler, which
+# probes for Google Cloud with an HTTP request to the metadata server: the
+# tests (and their children, which inherit this) send it to a closed loopback
+# port instead, so that nothing leaves the machine.
+os.environ.setdefault("GCE_METADATA_IP", "127.0.0.1:9")
 
 import pytest
 

@@ -27,9 +27,14 @@ import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
-ARTEFACTS = ("config.json", "metrics.json", "training_log.log", "architecture.json",
-             "architecture.txt", "arch_history.json", "spans.png")
-REQUIRED = ("config.json", "training_log.log")
+from training import run_dir as names  # noqa: E402  (after the path insert)
+from training.derive import ARCHITECTURE_JSON, ARCHITECTURE_TXT  # noqa: E402
+from training.plots import ARCH_HISTORY_FILE  # noqa: E402
+from training.span_plots import SPANS_PNG  # noqa: E402
+
+ARTEFACTS = (names.CONFIG_FILE, names.METRICS_FILE, names.TRAINING_LOG, ARCHITECTURE_JSON,
+             ARCHITECTURE_TXT, ARCH_HISTORY_FILE, SPANS_PNG)
+REQUIRED = (names.CONFIG_FILE, names.TRAINING_LOG)
 MAX_BYTES = 2 * 2**20
 # train.py's line for a periodic evaluation (training/loop.py).
 _VALID_LINE = re.compile(r"step (\d+) valid: nll ([\d.]+) ppl ([\d.]+) word ppl ([\d.]+) "
@@ -54,10 +59,10 @@ def _valid_rows(console_log):
 def _status(run_dir, copied, console_log):
     from training.loop import read_training_log
 
-    train = [r for r in read_training_log(run_dir / "training_log.log") if "loss" in r]
+    train = [r for r in read_training_log(run_dir / names.TRAINING_LOG) if "loss" in r]
     valid = _valid_rows(console_log)
-    config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
-    finished = "metrics.json" in copied
+    config = json.loads((run_dir / names.CONFIG_FILE).read_text(encoding="utf-8"))
+    finished = names.METRICS_FILE in copied
     lines = [f"# {run_dir.name}", "",
              f"Status: {'finished' if finished else 'in progress (no metrics.json yet)'}; "
              f"last logged step {train[-1]['step'] if train else 0}"

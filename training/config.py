@@ -29,8 +29,12 @@ from typing import Any
 from model import families
 from model.config_base import ConfigBase, cutoffs_problem, field
 from training.optimizers import OPTIMIZERS as _OPTIMIZER_TABLE
+from training import run_dir
+from training.run_dir import CONFIG_FILE
 
-CONFIG_FILE = "config.json"
+NONFINITE_POLICIES = ("stop", "skip")
+# At least two checkpoints are kept: a damaged newest one leaves one to resume from.
+MIN_KEEP_CHECKPOINTS = 2
 STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 OPTIMIZERS = tuple(_OPTIMIZER_TABLE)
@@ -47,7 +51,7 @@ WARMUP_FRACTION = 0.1
 RESUMABLE_FIELDS = frozenset({
     "epochs", "max_steps", "eval_interval", "eval_max_records", "eval_mem_len",
     "sample_tokens", "checkpoint_interval", "keep_checkpoints", "log_interval",
-    "logdir", "batch_split",
+    "logdir", "batch_split", "checkpoint_every_minutes", "on_nonfinite", "max_nonfinite_steps",
 })
 
 
@@ -149,6 +153,14 @@ class TrainConfig(ConfigBase):
     epsilon: float = _field(1e-8, "optimisation", "Adam epsilon of both optimizers.")
     clip_norm: float = _field(0.25, "optimisation",
                               "Global-norm clipping of the weight gradients (0: off).")
+    on_nonfinite: str = _field(
+        "stop", "optimisation", "When the loss or a gradient becomes NaN/inf: stop (one line "
+        "naming the step and the quantity; the last checkpoint is kept) or skip the update "
+        "(as loss scaling does), counted in the logs, stopping after --max_nonfinite_steps "
+        "in a row (docs/faults.md).", NONFINITE_POLICIES)
+    max_nonfinite_steps: int = _field(
+        10, "optimisation", "With --on_nonfinite=skip: stop after this many non-finite steps "
+        "in a row.")
     # Learning-rate schedule.
     lr_schedule: str = _field(
         "cosine", "schedule", "Learning rate after the linear warmup (inverse_sqrt: peak * "
@@ -174,8 +186,12 @@ class TrainConfig(ConfigBase):
     # Checkpoints and logging.
     checkpoint_interval: int = _field(1000, "checkpoints",
                                       "Save every this many steps (0: at the end).")
-    keep_checkpoints: int = _field(3, "checkpoints",
-                                   "Last checkpoints kept (the best is kept apart).")
+    checkpoint_every_minutes: float = _field(
+        10.0, "checkpoints", "Also save when this many minutes have passed since the last "
+        "save (0: off), so that a killed run loses minutes, not hours.")
+    keep_checkpoints: int = _field(3, "checkpoints", "Last checkpoints kept, at least 2 (the "
+                                   "best is kept apart): a damaged newest one leaves another "
+                                   "to resume from.")
     log_interval: int = _field(100, "logging", "Steps between logged lines and summaries.")
     logdir: str = _field("", "logging", "TensorBoard directory of this run (default: "
                          "logs/<basename of --model_dir>).", **_FROM_ELSEWHERE)
@@ -243,7 +259,12 @@ class TrainConfig(ConfigBase):
                 f"must not exceed --learning_rate={self.learning_rate}")
         require(self.epochs >= 1 or self.max_steps >= 1, "epochs",
                 "must be >= 1 unless --max_steps is given")
-        require(self.keep_checkpoints >= 1, "keep_checkpoints", "must be >= 1")
+        require(self.keep_checkpoints >= MIN_KEEP_CHECKPOINTS, "keep_checkpoints",
+                f"must be >= {MIN_KEEP_CHECKPOINTS} (a damaged newest checkpoint needs another "
+                "to resume from)")
+        require(self.checkpoint_every_minutes >= 0, "checkpoint_every_minutes",
+                "must be >= 0 (0: off)")
+        require(self.max_nonfinite_steps >= 1, "max_nonfinite_steps", "must be >= 1")
         require(self.log_interval >= 1, "log_interval", "must be >= 1")
         require(self.num_cpu_replicas == 0 or self.strategy == "mirrored", "num_cpu_replicas",
                 "only applies to --strategy=mirrored")
@@ -257,18 +278,24 @@ class TrainConfig(ConfigBase):
         raise a ConfigError listing them."""
         cls.check_known(values)
         values = dict(values)
+        # Runs written when one kept checkpoint was allowed keep the minimum now.
+        if values.get("keep_checkpoints", MIN_KEEP_CHECKPOINTS) < MIN_KEEP_CHECKPOINTS:
+            values["keep_checkpoints"] = MIN_KEEP_CHECKPOINTS
         family = families.get_family(values.get("model_family", families.DEFAULT_FAMILY))
         values["model"] = family.config_from_dict(values["model"])
         return cls(**values)
 
     def save(self, model_dir=None):
-        """Writes config.json (atomically) into model_dir (default: self.model_dir)."""
+        """Writes config.json (atomically) into model_dir (default: self.model_dir).
+
+        Raises:
+            training.run_dir.WriteError: the file could not be written (the old
+                one is intact).
+        """
         path = os.path.join(model_dir or self.model_dir, CONFIG_FILE)
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(self.to_dict(), f, indent=2, sort_keys=True)
-            f.write("\n")
-        os.replace(tmp, path)
+        text = json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+        if not run_dir.same_content(path, text):  # a resumed run rewrites nothing
+            run_dir.atomic_write(path, text)
         return path
 
     @classmethod

@@ -17,6 +17,7 @@ import numpy as np
 
 from model.transformer_xl import flops
 from model.transformer_xl.config import ARCHITECTURE_LETTERS
+from training import run_dir
 
 ARCHITECTURE_JSON = "architecture.json"
 ARCHITECTURE_TXT = "architecture.txt"
@@ -150,10 +151,7 @@ def derivation_report(model_config, arch_probs, seq_len, mem_len, batch_size=Non
 
 
 def _write_atomic(path, text):
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    run_dir.atomic_write(path, text)
 
 
 def write_derivation(model_dir, report):

@@ -20,6 +20,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from PIL import Image
 
+from training import run_dir
+
 CHOICES = ("attention", "dense", "identity")
 LETTERS = "afi"
 ARCH_HISTORY_FILE = "arch_history.json"
@@ -125,11 +127,7 @@ class ArchHistory:
         path = os.fspath(path)
         if os.path.isdir(path):
             path = os.path.join(path, ARCH_HISTORY_FILE)
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(self.to_json(), f)
-        os.replace(tmp, path)
-        return path
+        return run_dir.atomic_write(path, json.dumps(self.to_json()))
 
     @classmethod
     def load(cls, path):
@@ -192,7 +190,8 @@ def _panels_png(steps, probs, png_path, dpi):
     handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper center", ncol=3, frameon=False)
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / fig.get_figheight()))
-    fig.savefig(png_path, dpi=dpi)
+    with run_dir.atomic_output(png_path, suffix=".png") as tmp:
+        fig.savefig(tmp, dpi=dpi)
 
 
 def _matrix_gif(steps, probs, gif_path, dpi, frame_ms):
@@ -230,9 +229,10 @@ def _matrix_gif(steps, probs, gif_path, dpi, frame_ms):
         frames.append(Image.fromarray(_render(fig)))
     # Hold the last frame so the final architecture can be read before looping.
     durations = [frame_ms] * (len(frames) - 1) + [max(frame_ms, 2000)]
-    frames[0].save(
-        gif_path, save_all=True, append_images=frames[1:], duration=durations, loop=0
-    )
+    with run_dir.atomic_output(gif_path, suffix=".gif") as tmp:
+        frames[0].save(
+            tmp, save_all=True, append_images=frames[1:], duration=durations, loop=0
+        )
 
 
 def plot_arch_history(history, png_path, gif_path=None, *, dpi=100, frame_ms=200, max_frames=120):

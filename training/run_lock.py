@@ -37,8 +37,7 @@ import time
 from absl import logging
 
 from training.config import ConfigError
-
-LOCK_FILE = ".lock"
+from training.run_dir import LOCK_FILE
 
 
 class RunDirLocked(ConfigError):

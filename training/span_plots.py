@@ -66,10 +66,9 @@ def spans_figure(spans, span_max, ramp, dpi=100):
 
 def plot_spans(spans, span_max, ramp, png_path, dpi=100):
     """Writes the spans figure to `png_path` (via a temporary name) and returns the image."""
-    import os
+    from training import run_dir
 
     image, fig = spans_figure(spans, span_max, ramp, dpi)
-    partial = png_path + ".partial.png"
-    fig.savefig(partial, dpi=dpi)
-    os.replace(partial, png_path)
+    with run_dir.atomic_output(png_path, suffix=".png") as tmp:
+        fig.savefig(tmp, dpi=dpi)
     return image

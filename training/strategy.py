@@ -164,3 +164,13 @@ def first_local(strategy, value):
     if isinstance(value, tf.distribute.DistributedValues):
         return strategy.experimental_local_results(value)[0]
     return value
+
+
+def any_worker(strategy, flag):
+    """True on every worker when `flag` is true on any of them (collective under
+    multi-worker: every worker must call it at the same point)."""
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return bool(flag)
+    value = strategy.experimental_distribute_values_from_function(
+        lambda context: tf.constant(int(bool(flag)), tf.int32))
+    return bool(strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None).numpy() > 0)

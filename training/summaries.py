@@ -8,12 +8,31 @@ and identity) and the adaptive spans go to the train writer under `arch/` and
 numbers, NumPy arrays or eager tensors, not inside a `tf.function`.
 """
 
+import functools
 import os
 
 import numpy as np
 import tensorflow as tf
 
+from training import run_dir
+
 SPLITS = ("train", "valid", "test")
+
+
+def _write_errors(method):
+    """A failed event write (full disk) becomes run_dir.WriteError naming the directory."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except tf.errors.OpError as error:
+            split = args[0] if args and args[0] in SPLITS else None
+            where = os.path.join(self.logdir, split) if split else self.logdir
+            raise run_dir.WriteError(f"{where} (TensorBoard events)",
+                                     run_dir.reason(error)) from None
+
+    return wrapper
 CHOICES = ("attention", "dense", "identity")
 
 # Pixels per cell of the block-by-choice heat map: TensorBoard shows images at
@@ -87,6 +106,7 @@ class TrainSummaries:
             )
         return self._writers[split]
 
+    @_write_errors
     def scalars(self, split, step, values):
         """Writes `{split}/{name}` scalars.
 
@@ -102,6 +122,7 @@ class TrainSummaries:
                     continue
                 tf.summary.scalar(f"{split}/{name}", float(value))
 
+    @_write_errors
     def architecture(self, step, probs):
         """Writes per-block choice probabilities and their heat map (train writer).
 
@@ -123,6 +144,7 @@ class TrainSummaries:
                 ),
             )
 
+    @_write_errors
     def spans(self, step, spans):
         """Writes adaptive attention spans `spans/layer_{l:02d}/head_{h}` (train writer).
 
@@ -135,16 +157,19 @@ class TrainSummaries:
                 for head, span in enumerate(np.asarray(heads, dtype=np.float64).reshape(-1)):
                     tf.summary.scalar(f"spans/layer_{layer:02d}/head_{head}", float(span))
 
+    @_write_errors
     def text(self, step, tag, text, split="train"):
         """Writes a text summary (e.g. a generated sample) under `tag`."""
         with self.writer(split).as_default(step=int(step)):
             tf.summary.text(tag, str(text))
 
+    @_write_errors
     def flush(self):
         """Flushes every open writer to disk."""
         for writer in self._writers.values():
             writer.flush()
 
+    @_write_errors
     def close(self):
         """Flushes and closes every writer; later calls reopen new event files."""
         for writer in self._writers.values():

@@ -32,10 +32,12 @@ The step (`Trainer.train_step`), with R replicas and the global batch [B, T]:
 4. If the loss and every gradient norm are finite, each group's optimizer
    applies its gradients (a plug-in group from its `start_step` on). The
    Keras optimizers' own cross-replica sum is switched off because the
-   gradients are already reduced. Otherwise nothing is applied and the host
-   stops the run with `training.loop.NonFiniteError`. Under mixed_float16
+   gradients are already reduced. Otherwise nothing is applied, and the host
+   applies --on_nonfinite (training/loop.py): stop with
+   `training.loop.NonFiniteError` naming the quantity (the loss or a
+   group's gradient), or go on with the step skipped. Under mixed_float16
    overflowing gradients are normal: the loss-scale optimizer skips the step
-   and lowers its scale, and only a non-finite loss stops the run.
+   and lowers its scale, and only a non-finite loss counts.
 5. The replicas' new states are kept for the next step.
 
 The learning rate and the plug-ins' schedules are functions of the index of
@@ -47,6 +49,7 @@ and only stops earlier or later. The learning-rate warm-up is
 `min(--warmup_steps, 10% of the horizon)` (`training.config.capped_warmup`).
 """
 
+import math
 import time
 
 from absl import logging
@@ -221,21 +224,36 @@ class Trainer:
         """The training state as global [B, ...] tensors (collective)."""
         return strategy_lib.gather_rows(self.strategy, list(self.model_state))
 
-    def restore(self):
-        """Restores the latest checkpoint (model state included); returns its step or None.
+    def find_resume_point(self):
+        """The newest checkpoint of model_dir that reads back whole (`checkpoint.find_good`;
+        training.loop also checks its data position, which only the loop keeps).
+
+        Returns:
+            (prefix or None, list of (prefix, problem) of damaged newer ones).
+        """
+        return checkpoint_lib.find_good(self.config.model_dir)
+
+    def restore(self, path=None):
+        """Restores a checkpoint (model state included); returns its step or None.
+
+        Args:
+            path: checkpoint prefix; None: the newest good one of model_dir
+                (`find_resume_point`).
 
         Raises:
             ValueError: the checkpoint's horizon differs from this trainer's
-                (create it with `horizon=checkpoint.saved_horizon(model_dir)`).
+                (create it with `horizon=checkpoint.saved_horizon(path)`).
         """
-        step = self.checkpointer.restore_latest()
+        if path is None:
+            path, _ = self.find_resume_point()
+        step = None if path is None else self.checkpointer.restore(path)
         if step is not None:
             saved = int(self.state.horizon.numpy())
             if saved != self.horizon:
                 raise ValueError(
                     f"the checkpoint's schedules are planned for {saved} steps, this trainer's "
                     f"for {self.horizon}: create the Trainer with horizon="
-                    "training.checkpoint.saved_horizon(model_dir)")
+                    "training.checkpoint.saved_horizon(path)")
             self.model_state = strategy_lib.distribute_rows(
                 self.strategy, [tf.convert_to_tensor(m) for m in self.state.memories])
         return step
@@ -389,7 +407,10 @@ class Trainer:
         Returns:
             Dict of Python numbers: loss (with extra losses), nll (mean token
             NLL), grad_norm (weights), `<group>_grad_norm` of plug-in groups,
-            lr, the plug-ins' step values (e.g. tau), finite.
+            lr, the plug-ins' step values (e.g. tau), finite, and
+            `nonfinite`: the quantities that were not finite ("loss", or the
+            gradient norm keys such as "grad_norm", "arch_grad_norm"), empty
+            when `finite`. A non-finite step applied no update.
         """
         inputs, targets = strategy_lib.distribute_rows(self.strategy, (inputs, targets))
         out, self.model_state = self._step_fn(inputs, targets, self.model_state)
@@ -399,7 +420,19 @@ class Trainer:
         # Overflowing gradients are expected now and then under loss scaling.
         result["finite"] = bool(out["loss_finite"]) and (
             bool(out["grads_finite"]) or self._loss_scale is not None)
+        nonfinite = []
+        if not result["finite"]:
+            if not bool(out["loss_finite"]):
+                nonfinite.append("loss")
+            nonfinite += [k for k in result if k.endswith("grad_norm")
+                          and not math.isfinite(result[k])]
+        result["nonfinite"] = nonfinite
         return result
+
+    def state_is_finite(self):
+        """bool: the training memories hold no NaN/inf (checked after a skipped step)."""
+        return all(bool(tf.reduce_all(tf.math.is_finite(s))) for s in self.global_state()
+                   if s.dtype.is_floating)
 
     # -------------------------------------------------------------- evaluation
 
@@ -420,7 +453,7 @@ class Trainer:
         count = self.strategy.reduce(tf.distribute.ReduceOp.SUM, count, axis=None)
         return total, count, new_state
 
-    def evaluate(self, split, max_records=0):
+    def evaluate(self, split, max_records=0, should_stop=None):
         """Deterministic evaluation of a split with memory carried across it.
 
         The model state starts as zeros (memories of length eval_mem_len)
@@ -433,9 +466,12 @@ class Trainer:
         Args:
             split: "valid", "test" or "train".
             max_records: evaluate at most this many records (0 = all).
+            should_stop: optional () -> bool, asked after every record; True
+                abandons the evaluation (an interrupted run).
 
         Returns:
-            metrics.lm_metrics dict plus tokens and records.
+            metrics.lm_metrics dict plus tokens and records; None when
+            abandoned.
         """
         info = self.meta["splits"][split]
         dataset = data_utils.make_dataset(self.config.data_dir, split, meta=self.meta)
@@ -451,6 +487,10 @@ class Trainer:
             nll_sum, count, model_state = self._eval_fn(batch[0], batch[1], model_state)
             acc.add(nll_sum.numpy(), count.numpy())
             records += 1
+            if should_stop is not None and records < total and should_stop():
+                logging.info("evaluation of %s abandoned after %d/%d records", split, records,
+                             total)
+                return None
             now = time.perf_counter()
             if now - last_report >= EVAL_PROGRESS_SECONDS and records < total:
                 last_report = now

@@ -71,7 +71,7 @@ def make_run(model_dir, data_dir, architecture="supernet", derived="afai"):
 
     import data_utils
     from model.transformer_xl.presets import preset_config
-    from training.checkpoint import _VariableList
+    from training.checkpoint import model_checkpoint
     from training.config import TrainConfig
 
     meta = data_utils.load_meta(str(data_dir))
@@ -85,7 +85,7 @@ def make_run(model_dir, data_dir, architecture="supernet", derived="afai"):
     saved = []
     for seed, step, sub in ((1, BEST_STEP, "best"), (2, LATEST_STEP, "")):
         model = make_model(meta["vocab_size"], seed, architecture, derived)
-        checkpoint = tf.train.Checkpoint(model=_VariableList(model.variables))
+        checkpoint = model_checkpoint(model)
         tf.train.CheckpointManager(checkpoint, os.path.join(model_dir, sub), 1,
                                    checkpoint_name="ckpt").save(checkpoint_number=step)
         saved.append([v.numpy() for v in model.variables])
