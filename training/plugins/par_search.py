@@ -36,8 +36,7 @@ import os
 from absl import logging
 import numpy as np
 
-from model.transformer_xl import flops
-from model.transformer_xl.config import ARCHITECTURE_LETTERS
+from model.transformer_xl import blocks, flops
 from training import derive, plots, schedules
 from training.config import capped_warmup
 from training.plugins import OptimizerGroup, Plugin
@@ -50,20 +49,16 @@ def candidate_costs(model_config, seq_len, mem_len):
     """Forward FLOPs per token of each candidate of one block, and of the rest.
 
     Returns:
-        (float64 [C] costs of (attention, dense, identity) of one block,
-        fixed cost of embedding and output layer), both relative to the total
-        of a Transformer-XL with as many blocks (`af` repeated, an extra `a`
-        for an odd count).
+        (float64 [C] costs of the candidates (the registered block types,
+        attention, dense, identity) of one block, fixed cost of embedding and
+        output layer), both relative to the total of a Transformer-XL with as
+        many blocks (`af` repeated, an extra `a` for an odd count).
     """
     n = model_config.num_blocks
     reference = "af" * (n // 2) + "a" * (n % 2)
     total = flops.forward_flops_per_token(model_config, reference, seq_len, mem_len)
-    per_letter = {
-        "a": flops.attention_flops_per_token(model_config, seq_len, mem_len)["total"],
-        "f": flops.dense_flops_per_token(model_config),
-        "i": 0.0,
-    }
-    costs = np.array([per_letter[letter] for letter in ARCHITECTURE_LETTERS], np.float64)
+    costs = np.array([spec.flops_per_token(model_config, seq_len, mem_len)
+                      for spec in blocks.specs()], np.float64)
     return costs / total["total"], (total["embedding"] + total["head"]) / total["total"]
 
 
