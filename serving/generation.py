@@ -40,7 +40,7 @@ import tensorflow as tf
 import data_utils
 from model.families import build_model
 from model.interface import check_model
-from training.checkpoint import BEST_DIR, _VariableList
+from training.checkpoint import BEST_DIR, restore_model
 from training.config import CONFIG_FILE, TrainConfig
 
 META_FILE = "meta.json"  # of a built data directory (docs/interfaces.md)
@@ -539,8 +539,7 @@ def load_run(model_dir, checkpoint="best", model_overrides=None):
             f"{model_dir} has vocab_size={config.model.vocab_size}: use the data it was trained on")
     model = check_model(build_model(config.model, dtype="float32"))
     try:
-        status = tf.train.Checkpoint(model=_VariableList(model.variables)).restore(path)
-        status.assert_existing_objects_matched().expect_partial()
+        restore_model(model, path)  # with the model's extras (a supernet's frozen blocks)
     except (AssertionError, ValueError, tf.errors.OpError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise GenerationError(f"checkpoint {path} does not fit the model of "

@@ -137,6 +137,13 @@ class TrainConfig(ConfigBase):
     search_cost_target: float = _field(
         0.0, "search", "Penalise only the expected cost above this fraction of "
         "Transformer-XL's FLOPs (0: penalise all of it).")
+    freeze_threshold: float = _field(
+        0.97, "search", "Progressive freezing (docs/freezing.md): a block whose most probable "
+        "candidate has kept at least this probability for --freeze_window steps computes that "
+        "candidate alone from then on; in (0.5, 1], 0 turns freezing off.")
+    freeze_window: int = _field(
+        1000, "search", "Steps, after the architecture warm-up, a block's choice must stay above "
+        "--freeze_threshold before it is frozen.")
     # Optimisation of the weights.
     optimizer: str = _field(
         "adam", "optimisation", "Weights optimizer (training/optimizers.py): " + " ".join(
@@ -236,6 +243,9 @@ class TrainConfig(ConfigBase):
             require(getattr(self, flag) >= 0, flag, "must be >= 0")
         for flag in ("search_cost_coef", "search_cost_target"):
             require(getattr(self, flag) >= 0, flag, "must be >= 0")
+        require(self.freeze_threshold == 0 or 0.5 < self.freeze_threshold <= 1, "freeze_threshold",
+                "must be in (0.5, 1] (one candidate clearly ahead), or 0 to turn freezing off")
+        require(self.freeze_window >= 1, "freeze_window", "must be >= 1")
         for flag in ("arch_beta_1", "arch_beta_2", "beta_1", "beta_2"):
             require(0 <= getattr(self, flag) < 1, flag, "must be in [0, 1)")
         require(self.epsilon > 0, "epsilon", "must be > 0")

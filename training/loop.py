@@ -251,6 +251,9 @@ class _Run:
                     f"stopped without saving, the last checkpoint ({trainer.checkpointer.latest}) "
                     "is intact: lower --learning_rate or --clip_norm, or use float32")
             self.step += 1
+            for plugin in trainer.plugins:
+                for event in plugin.after_step(self.step):
+                    self._log_event(event)
             position += 1
             if position == records:  # a new epoch starts from fresh memories
                 state.epoch.assign_add(1)
@@ -313,6 +316,13 @@ class _Run:
             self.summaries.flush()
         for callback in self.callbacks:
             callback.on_train_log(step, values)
+
+    def _log_event(self, event):
+        """A plug-in's event (e.g. a block frozen): a training_log.log line and scalars."""
+        self.log.write({"step": self.step, **event})
+        if self.chief:
+            self.summaries.scalars("train", self.step, event)
+            self.summaries.flush()
 
     def _evaluate(self, split):
         result = self.trainer.evaluate(split, self.config.eval_max_records)

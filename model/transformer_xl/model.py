@@ -153,6 +153,16 @@ class TransformerXLLM(keras.Model):
         self.search_step = self.add_weight(
             name="search_step", shape=(), initializer="zeros", trainable=False, dtype="int64", autocast=False
         )
+        # Progressive freezing (docs/freezing.md): per supernet block the index
+        # of the candidate it is frozen to, -1 while it searches. A plain
+        # tf.Variable, not a Keras weight: `model.variables` (the checkpoints'
+        # flat list, the .keras weights) stays as before; checkpoints hold it
+        # through `checkpoint_extras`, .keras files through get_config.
+        self._frozen_variable = None
+        if self._resolved == SUPERNET:
+            self._frozen_variable = tf.Variable(
+                tf.fill([self.num_blocks], -1), trainable=False, name="frozen_blocks",
+                dtype=tf.int32)
         if frozen is not None:
             self.set_frozen(frozen)
 
@@ -223,6 +233,7 @@ class TransformerXLLM(keras.Model):
                 f"got {len(mems)} memories but this model has {self.num_mems} attention-carrying "
                 "blocks: pass model.initial_mems(batch_size), the new_mems of the previous call, or None"
             )
+        self._sync_frozen()  # the frozen set is fixed per trace
         x = self._embed(inputs) * tf.cast(math.sqrt(self.d_model), self.compute_dtype)  # [B, T, D]
         x = self.embedding_dropout(x, training=training)
         tau = tf.convert_to_tensor(self.tau)
@@ -374,10 +385,20 @@ class TransformerXLLM(keras.Model):
         if self._resolved != SUPERNET:
             return self._resolved
         choice = np.argmax(keras.ops.convert_to_numpy(self.arch_probabilities), axis=-1)
-        return "".join(block.candidates[block.frozen if block.frozen is not None else k].letter
-                       for block, k in zip(self.blocks, choice))
+        return "".join(block.candidates[k if frozen is None else frozen].letter
+                       for block, k, frozen in zip(self.blocks, choice, self.frozen_blocks))
 
     # ----------------------------------------------------- progressive freezing
+
+    def _sync_frozen(self):
+        """Sets each block's Python-level choice from the frozen-blocks variable (which a
+        checkpoint restore may have changed); read eagerly, also while tracing."""
+        if self._frozen_variable is None:
+            return
+        with tf.init_scope():
+            values = np.asarray(self._frozen_variable.numpy()).tolist()
+        for block, value in zip(self.blocks, values):
+            block.frozen = None if value < 0 else int(value)
 
     @property
     def frozen_blocks(self):
@@ -385,6 +406,7 @@ class TransformerXLLM(keras.Model):
         (all None for a fixed architecture, which has nothing to freeze)."""
         if self._resolved != SUPERNET:
             return (None,) * self.num_blocks
+        self._sync_frozen()
         return tuple(block.frozen for block in self.blocks)
 
     def freeze_block(self, block, candidate):
@@ -394,21 +416,35 @@ class TransformerXLLM(keras.Model):
         training and evaluation (no Gumbel mixing); a block frozen to a type
         that reads no memory passes its memory on unchanged. Functions traced
         before keep the searching block: retrace them (training/trainer.py
-        does when a plug-in's trace key changes).
+        does when the frozen set changes).
         """
         if self._resolved != SUPERNET:
             raise ValueError("only a supernet's blocks can be frozen; this model has the fixed "
                              f"architecture {self._resolved!r}")
-        self.blocks[block].freeze(candidate)
+        if not 0 <= int(block) < self.num_blocks:
+            raise ValueError(f"block {block} out of range [0, {self.num_blocks})")
+        self.blocks[block].freeze(candidate)  # checks the candidate index
+        values = np.asarray(self._frozen_variable.numpy())
+        values[int(block)] = int(candidate)
+        self._frozen_variable.assign(values)
 
     def set_frozen(self, frozen):
-        """Freezes blocks from a list (candidate index, or None / -1 to leave searching)."""
-        frozen = list(frozen)
+        """Sets the frozen set from a list (candidate index, or None / -1: searching)."""
+        frozen = [-1 if f is None else int(f) for f in frozen]
         if len(frozen) != self.num_blocks:
             raise ValueError(f"frozen has {len(frozen)} entries for {self.num_blocks} blocks")
         for index, choice in enumerate(frozen):
-            if choice is not None and int(choice) >= 0:
+            if choice >= 0:
                 self.freeze_block(index, choice)
+        self._frozen_variable.assign(frozen)
+        self._sync_frozen()
+
+    def checkpoint_extras(self):
+        """Trackables saved in checkpoints beside `model.variables` (training/checkpoint.py):
+        the frozen-blocks variable of a supernet. Older checkpoints lack it (nothing frozen)."""
+        if self._frozen_variable is None:
+            return {}
+        return {"frozen_blocks": self._frozen_variable}
 
     def get_config(self):
         config = super().get_config()

@@ -152,8 +152,11 @@ class StochasticBlock(keras.layers.Layer):
         super().build(input_shape)
 
     def freeze(self, index):
-        """Computes only candidate `index` from now on (a Python-level switch:
-        functions traced before keep the searching block)."""
+        """Computes only candidate `index` from now on (None: searching again). A
+        Python-level switch: functions traced before keep their block."""
+        if index is None:
+            self.frozen = None
+            return
         index = int(index)
         if not 0 <= index < len(self.candidates):
             raise ValueError(f"block {self.block_index}: candidate {index} out of range "

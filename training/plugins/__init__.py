@@ -8,7 +8,13 @@ otherwise) and may:
 - add training losses (`extra_losses`, inside the gradient tape);
 - set model state before each step inside the compiled step (`before_step`)
   and report values of that step (`step_values`, e.g. the temperature);
-- log, summarise, resume and finish on the host (`on_start`, `on_log`,
+- change what the compiled step computes between steps: a new `trace_key`
+  makes the trainer trace its functions again, training only the variables
+  no plug-in lists in `inactive_variables` (the PAR search freezing blocks);
+- keep state in the checkpoints (`checkpoint_objects`, optional: restored
+  when the checkpoint has it);
+- act on the host after every step (`after_step`, returning events the
+  loop logs), log, summarise, resume and finish (`on_start`, `on_log`,
   `on_finish`).
 
 The trainer and the loop know only this class. Registered plug-ins:
@@ -82,6 +88,24 @@ class Plugin:
     def step_values(self, step):
         """dict name -> scalar tensor of this step, returned with the step's outputs."""
         return {}
+
+    def trace_key(self):
+        """Hashable; when it changes the trainer traces its compiled functions again."""
+        return None
+
+    def inactive_variables(self):
+        """Variables of the optimizer groups that no longer train (no gradient, no
+        update; they and their optimizer slots stay in the checkpoints)."""
+        return []
+
+    def checkpoint_objects(self):
+        """dict name -> trackable saved with every checkpoint (restored when present)."""
+        return {}
+
+    def after_step(self, step):
+        """On the host after step `step` (steps done): a list of events, each a dict
+        name -> number that the loop writes to training_log.log and TensorBoard."""
+        return []
 
     def on_start(self, model_dir, resumed_step):
         """On the host before the first step; `resumed_step` is None on a fresh run."""

@@ -17,6 +17,17 @@ search adds to plain training (Mandava et al. 2020, arXiv 2009.04534):
   forward FLOPs per token of the network under p = softmax(alpha), relative
   to a Transformer-XL of the same depth (model/transformer_xl/flops.py), so the knob trades
   perplexity for speed; the expected cost is logged (`expected_cost`);
+- progressive freezing (docs/freezing.md): after the architecture warm-up,
+  a block whose most probable candidate has kept a probability of at least
+  `freeze_threshold` for `freeze_window` consecutive steps is frozen to it
+  (`TransformerXLLM.freeze_block`): from the next step on only that
+  candidate runs, its logits and the other candidates' weights stop
+  training (`inactive_variables`; they stay in the checkpoints with their
+  optimizer slots), and the trainer traces its step again (`trace_key`,
+  at most once per block). Each freeze is logged (console, a
+  training_log.log line, TensorBoard `train/frozen_*`) and listed in
+  architecture.json; the counters live in the checkpoints (`search`), so a
+  resumed run freezes at the same steps;
 - the architecture summaries (TensorBoard), the probability history
   (`arch_history.json`), and at the end the derived architecture
   (`architecture.json/.txt`, metrics.json) and the plots. A derivation from
@@ -35,6 +46,7 @@ import os
 
 from absl import logging
 import numpy as np
+import tensorflow as tf
 
 from model.transformer_xl import blocks, flops
 from training import derive, plots, schedules
@@ -67,6 +79,33 @@ def expected_cost(probs, costs, fixed):
     return float(np.sum(np.asarray(probs) @ costs) + fixed)
 
 
+class FreezeState(tf.Module):
+    """The freezing counters of a search, saved in the checkpoints (per block).
+
+    stable_since: first step of the current run of steps at which the block's
+        most probable candidate `stable_choice` had a probability of at least
+        the threshold (-1: none).
+    frozen_step, frozen_probability: when the block was frozen and the
+        probability of its choice then (-1 and 0 while it searches); the
+        choice itself is the model's (`TransformerXLLM.frozen_blocks`).
+    """
+
+    def __init__(self, num_blocks):
+        super().__init__(name="freeze_state")
+        minus_one = tf.fill([num_blocks], tf.constant(-1, tf.int64))
+        self.stable_since = tf.Variable(minus_one, trainable=False, name="stable_since")
+        self.stable_choice = tf.Variable(minus_one, trainable=False, name="stable_choice")
+        self.frozen_step = tf.Variable(minus_one, trainable=False, name="frozen_step")
+        self.frozen_probability = tf.Variable(tf.zeros([num_blocks], tf.float64),
+                                              trainable=False, name="frozen_probability")
+
+
+def _softmax(logits):
+    """Row-wise softmax of float64 [num_blocks, C] logits."""
+    z = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return z / z.sum(axis=-1, keepdims=True)
+
+
 class ParSearch(Plugin):
     """See the module docstring."""
 
@@ -87,16 +126,135 @@ class ParSearch(Plugin):
             self._costs, self._fixed_cost = candidate_costs(
                 config.model, config.seq_len, config.model.mem_len)
         self.history = plots.ArchHistory()
+        self.freezing = self.searching and config.freeze_threshold > 0
+        self.freeze_state = FreezeState(model.num_blocks) if self.searching else None
+        self._since = self._choice = self._frozen_step = self._frozen_probability = None
         if self.searching:
+            self._read_freeze_state()
             logging.info("architecture warm-up %d steps (--arch_warmup_steps=%d, at most %d%% of "
                          "the %d planned steps)", self.arch_warmup_steps,
                          config.arch_warmup_steps, round(100 * ARCH_WARMUP_FRACTION), horizon)
+        if self.freezing:
+            logging.info("progressive freezing: a block is frozen to its choice once its "
+                         "probability has stayed >= %g for %d steps after the warm-up "
+                         "(--freeze_threshold, --freeze_window)", config.freeze_threshold,
+                         config.freeze_window)
 
     @classmethod
     def create(cls, model, config, horizon):
         if getattr(model, "family", None) != "transformer_xl":
             return None
         return cls(model, config, horizon)
+
+    # ------------------------------------------------------------ freezing
+
+    def _read_freeze_state(self):
+        state = self.freeze_state
+        self._since = state.stable_since.numpy().copy()
+        self._choice = state.stable_choice.numpy().copy()
+        self._frozen_step = state.frozen_step.numpy().copy()
+        self._frozen_probability = state.frozen_probability.numpy().copy()
+
+    def _write_freeze_state(self):
+        state = self.freeze_state
+        state.stable_since.assign(self._since)
+        state.stable_choice.assign(self._choice)
+        state.frozen_step.assign(self._frozen_step)
+        state.frozen_probability.assign(self._frozen_probability)
+
+    def checkpoint_objects(self):
+        return {"search": self.freeze_state} if self.searching else {}
+
+    def trace_key(self):
+        return self.model.frozen_blocks if self.searching else None
+
+    def inactive_variables(self):
+        """A frozen block's logits and its other candidates' weights."""
+        if not self.searching:
+            return []
+        inactive = []
+        for block, frozen in zip(self.model.blocks, self.model.frozen_blocks):
+            if frozen is None:
+                continue
+            inactive.append(block.arch_logits)
+            for index in range(len(block.candidates)):
+                layer = block.candidate_layer(index)
+                if index != frozen and layer is not None:
+                    inactive.extend(layer.trainable_variables)
+        return inactive
+
+    def _probabilities(self):
+        """float64 [num_blocks, C] softmax(alpha), read on the host."""
+        logits = np.stack([np.asarray(v.numpy(), np.float64)
+                           for v in self.model.variable_groups()["arch"]])
+        return _softmax(logits)
+
+    def freezes(self):
+        """The frozen blocks in freezing order: dicts block, step, choice (letter),
+        candidate (name), probability."""
+        out = []
+        for block, frozen in enumerate(self.model.frozen_blocks if self.searching else ()):
+            if frozen is None:
+                continue
+            spec = self.model.blocks[block].candidates[frozen]
+            out.append({"block": block, "step": int(self._frozen_step[block]),
+                        "choice": spec.letter, "candidate": spec.name,
+                        "probability": float(self._frozen_probability[block])})
+        return sorted(out, key=lambda f: (f["step"], f["block"]))
+
+    def after_step(self, step):
+        """Counts each searching block's steps above the threshold; freezes it after the window.
+
+        Steps of the architecture warm-up are not observed (the logits are not
+        trained yet), so the first freeze comes `freeze_window` steps after it
+        at the earliest.
+        """
+        if not self.freezing or step <= self.arch_warmup_steps:
+            return []
+        frozen = self.model.frozen_blocks
+        if all(f is not None for f in frozen):
+            return []
+        c = self.config
+        probs = self._probabilities()
+        events, changed = [], False
+        for block, choice in enumerate(frozen):
+            if choice is not None:
+                continue
+            best = int(np.argmax(probs[block]))
+            probability = float(probs[block, best])
+            if probability < c.freeze_threshold:
+                if self._since[block] >= 0:
+                    self._since[block], self._choice[block], changed = -1, -1, True
+                continue
+            if self._since[block] < 0 or self._choice[block] != best:
+                self._since[block], self._choice[block], changed = step, best, True
+            if step - self._since[block] + 1 >= c.freeze_window:
+                self.model.freeze_block(block, best)
+                self._frozen_step[block] = step
+                self._frozen_probability[block] = probability
+                changed = True
+                spec = self.model.blocks[block].candidates[best]
+                logging.info("step %d: block %d frozen to %s (%s), probability %.4f for the last "
+                             "%d steps; frozen %s", step, block, spec.letter, spec.name,
+                             probability, c.freeze_window, self._frozen_pattern())
+                events.append({"frozen_block": block, "frozen_choice": best,
+                               "frozen_probability": probability})
+        if changed:
+            self._write_freeze_state()
+        if events and all(f is not None for f in self.model.frozen_blocks):
+            logging.info("step %d: every block is frozen: the run continues as the derived "
+                         "architecture %s", step, self.model.derived_architecture)
+        return events
+
+    def _frozen_pattern(self):
+        """'aa?f??': the frozen blocks' letters, '?' for those still searching."""
+        return "".join("?" if f is None else block.candidates[f].letter
+                       for block, f in zip(self.model.blocks, self.model.frozen_blocks))
+
+    @property
+    def all_frozen(self):
+        """True when every block of the supernet is frozen (the search is decided)."""
+        return self.searching and all(f is not None for f in self.model.frozen_blocks)
 
     # ------------------------------------------------------------ the step
 
@@ -156,12 +314,17 @@ class ParSearch(Plugin):
         if resumed_step is not None and os.path.exists(path):
             self.history = plots.ArchHistory.load(path)
             self.history.truncate(resumed_step)
+        if self.searching:
+            self._read_freeze_state()  # restored with the checkpoint
+            if any(f is not None for f in self.model.frozen_blocks):
+                logging.info("resumed with frozen blocks %s", self._frozen_pattern())
 
     def log_values(self, step, out):
         if not self.searching:
             return {}
-        return {"lr_arch": self.config.arch_learning_rate
-                if step > self.arch_warmup_steps else 0.0}
+        training = step > self.arch_warmup_steps and not self.all_frozen
+        return {"lr_arch": self.config.arch_learning_rate if training else 0.0,
+                "frozen_blocks": float(sum(f is not None for f in self.model.frozen_blocks))}
 
     def on_log(self, step, summaries, model_dir):
         if not self.searching:
@@ -181,8 +344,9 @@ class ParSearch(Plugin):
         report = derive.derivation_report(
             c.model, probs, c.seq_len, c.model.mem_len, batch_size=c.batch_size,
             untrained=derive.untrained_reason(probs, updates))
+        report["freezes"] = self.freezes()
         results["derivation"] = {k: report[k] for k in (
-            "architecture", "counts", "relative_flops", "speedup", "untrained")}
+            "architecture", "counts", "relative_flops", "speedup", "untrained", "freezes")}
         if report["untrained"]:
             logging.warning("the derived architecture %s is NOT a search result: %s",
                             report["architecture"], report["untrained_reason"])
@@ -191,6 +355,7 @@ class ParSearch(Plugin):
             if len(self.history):
                 plots.plot_arch_history(
                     self.history, os.path.join(model_dir, "arch_history.png"),
-                    os.path.join(model_dir, "arch_history.gif"))
+                    os.path.join(model_dir, "arch_history.gif"),
+                    freezes={f["block"]: f["step"] for f in report["freezes"]})
         logging.info("derived architecture %s (%s), %.3f of Transformer-XL FLOPs",
                      report["architecture"], report["counts"], report["relative_flops"] or 0)
