@@ -182,7 +182,7 @@ class Case:
             max_steps=10**6, warmup_steps=100,
             # Frozen logits keep the hard-search sampler uniform, so its cost
             # matches the expected FLOPs; their gradient is still computed.
-            arch_warmup_steps=10**6, xla=self.xla,
+            search={"arch_warmup_steps": 10**6}, xla=self.xla,
         )
         meta = {"splits": {"train": {"records": 10**6, "batch_size": self.batch_size}}}
         trainer = Trainer(train_config, meta, tf.distribute.get_strategy())

@@ -127,7 +127,9 @@ def train(config, callbacks=None, *, strategy=None, overwrite=False):
     metrics.json with valid and test metrics of the last and the best
     checkpoints, and what the plug-ins add (training/plugins: for a PAR
     supernet the derived architecture, architecture.json/.txt and the
-    probability plots).
+    probability plots). A plug-in may then name a run to train next in the
+    same call (`Plugin.follow_up`: the PAR search's --then_retrain), whose
+    results it adds to this run's.
 
     Args:
         config: TrainConfig.
@@ -146,6 +148,20 @@ def train(config, callbacks=None, *, strategy=None, overwrite=False):
     callbacks = list(callbacks or [])
     if strategy is None:
         strategy = strategy_lib.make_strategy(config.strategy, config.num_cpu_replicas, config.tpu)
+    results, plugins = _train_one(config, callbacks, strategy, overwrite)
+    for plugin in plugins:
+        follow = plugin.follow_up(config, results)
+        if follow is None:
+            continue
+        logging.info("training %s next in the same command (%s)", follow.model_dir,
+                     type(plugin).__name__)
+        followed = train(follow, callbacks, strategy=strategy, overwrite=overwrite)
+        results = plugin.after_follow_up(results, followed)
+    return results
+
+
+def _train_one(config, callbacks, strategy, overwrite):
+    """`train` of one run: (metrics.json content, the run's plug-ins)."""
     if config.deterministic:
         tf.config.experimental.enable_op_determinism()
     try:
@@ -171,7 +187,7 @@ def train(config, callbacks=None, *, strategy=None, overwrite=False):
         horizon = checkpoint_lib.saved_horizon(config.model_dir) if resume else None
         try:
             trainer = Trainer(config, meta, strategy, tokenizer, horizon=horizon)
-            return _Run(trainer, logdir, chief, callbacks, resume).run()
+            return _Run(trainer, logdir, chief, callbacks, resume).run(), trainer.plugins
         finally:
             keras.mixed_precision.set_global_policy(policy)
 
@@ -227,7 +243,8 @@ class _Run:
         # The ETA counts everything after the first step (evaluations and saves
         # included), so it is the wall time still to wait.
         self._clock = None
-        while self.step < trainer.total_steps:
+        stop = any(plugin.should_stop() for plugin in trainer.plugins)
+        while self.step < trainer.total_steps and not stop:
             start = time.perf_counter()
             if first_step:
                 logging.info("step %d: tracing and compiling the training step (the first step "
@@ -268,7 +285,10 @@ class _Run:
                                 tokens_per_step * timed_steps / max(busy, 1e-9))
                 interval_nll, interval_steps = 0.0, 0
                 timed_steps, busy = 0, 0.0
-            last = self.step == trainer.total_steps
+            stop = any(plugin.should_stop() for plugin in trainer.plugins)
+            if stop:
+                logging.info("step %d: a plug-in ends the run here", self.step)
+            last = self.step == trainer.total_steps or stop
             if last or (config.eval_interval and self.step % config.eval_interval == 0):
                 self._evaluate_valid()
                 evaluated_at = self.step

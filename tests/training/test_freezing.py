@@ -226,3 +226,32 @@ def test_the_frozen_set_survives_loading_export_and_derivation(tiny_data, tmp_pa
     for f in frozen:
         assert loaded.derived_architecture[f["block"]] == f["choice"]
     assert results["architecture"] == loaded.derived_architecture
+
+
+@pytest.mark.slow
+def test_then_retrain_trains_the_derived_architecture_from_scratch(tiny_data, tmp_path):
+    from training.config import TrainConfig
+    from training.loop import train
+    from training.plugins.par_search.plugin import retrain_config
+
+    config = family_config(tiny_data, tmp_path / "search", "transformer_xl",
+                           "--arch_warmup_steps=2", "--arch_learning_rate=0.5",
+                           "--freeze_threshold=0.6", "--freeze_window=2", "--max_steps=40",
+                           "--then_retrain", f"--logdir={tmp_path / 'logs'}")
+    results = train(config)
+    freezes = results["derivation"]["freezes"]
+    assert len(freezes) == 2, "both blocks should freeze well within 40 steps"
+    # The search ended at the last freeze, evaluated and saved there.
+    assert results["step"] == max(f["step"] for f in freezes) < 40
+    retrain = results["retrain"]
+    assert retrain["model_dir"] == str(tmp_path / "search") + "_retrain"
+    assert retrain["architecture"] == results["architecture"]
+    saved = json.loads((tmp_path / "search" / "metrics.json").read_text())
+    assert saved["retrain"]["best"]["valid"]["perplexity"] == retrain["best"]["valid"]["perplexity"]
+    retrained = TrainConfig.load(str(tmp_path / "search_retrain"))
+    assert retrained == retrain_config(config, results["architecture"])
+    assert retrained.model.architecture == results["architecture"]
+    assert retrained.search.arch_warmup_steps == 0 and not retrained.search.then_retrain
+    assert retrained.logdir == str(tmp_path / "logs") + "_retrain"
+    metrics = json.loads((tmp_path / "search_retrain" / "metrics.json").read_text())
+    assert metrics["step"] == 40 and "derivation" not in metrics  # trained from scratch, whole

@@ -17,11 +17,17 @@ otherwise) and may:
   loop logs), log, summarise, resume and finish (`on_start`, `on_log`,
   `on_finish`).
 
-The trainer and the loop know only this class. Registered plug-ins:
-`par_search.ParSearch` (architecture optimizer, Gumbel temperature,
-architecture summaries and history, derivation and plots) and
-`span_report.SpanReport` (learned attention spans). Adding one means a module here
-and an entry in `PLUGINS`.
+A plug-in may own a section of the training config (`CONFIG_SECTIONS`, a
+`ConfigBase` dataclass whose fields are train.py flags; `TrainConfig` holds
+it as a field of that name). A plug-in decides whether it applies from what
+the model can do (e.g. `arch_variables`), not from its family's name.
+
+The trainer and the loop know only this class. Registered plug-ins, each a
+package owning its parts: `par_search` (ParSearch: architecture optimizer,
+Gumbel temperature, progressive freezing, architecture summaries and
+history, derivation and plots; its config section `search`) and
+`span_report` (SpanReport: learned attention spans and their figure).
+Adding one means a package here and an entry in `_registered`.
 """
 
 import dataclasses
@@ -107,6 +113,18 @@ class Plugin:
         name -> number that the loop writes to training_log.log and TensorBoard."""
         return []
 
+    def should_stop(self):
+        """True to end the run after the current step (evaluated and saved as a last step)."""
+        return False
+
+    def follow_up(self, config, results):
+        """A TrainConfig to train right after this run in the same command, or None."""
+        return None
+
+    def after_follow_up(self, results, followed):
+        """This run's results once the follow-up run returned `followed` (its results)."""
+        return results
+
     def on_start(self, model_dir, resumed_step):
         """On the host before the first step; `resumed_step` is None on a fresh run."""
 
@@ -122,9 +140,17 @@ class Plugin:
 
 
 def _registered():
-    from training.plugins import par_search, span_report
+    from training.plugins.par_search.plugin import ParSearch
+    from training.plugins.span_report.plugin import SpanReport
 
-    return (par_search.ParSearch, span_report.SpanReport)
+    return (ParSearch, SpanReport)
+
+
+def config_sections():
+    """name -> config section class of the registered plug-ins (no TensorFlow)."""
+    from training.plugins.par_search.config import SECTION, SearchConfig
+
+    return {SECTION: SearchConfig}
 
 
 def make_plugins(model, config, horizon):

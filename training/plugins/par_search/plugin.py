@@ -28,6 +28,12 @@ search adds to plain training (Mandava et al. 2020, arXiv 2009.04534):
   training_log.log line, TensorBoard `train/frozen_*`) and listed in
   architecture.json; the counters live in the checkpoints (`search`), so a
   resumed run freezes at the same steps;
+- with `then_retrain`, PAR's second stage in the same command: once every
+  block is frozen the search ends (`should_stop`, evaluated and saved as a
+  last step) and the derived architecture is trained from scratch with the
+  same flags (`--architecture=<derived> --arch_warmup_steps=0`) in
+  `<model_dir>_retrain` (`follow_up`); the search's metrics.json gets its
+  results under "retrain";
 - the architecture summaries (TensorBoard), the probability history
   (`arch_history.json`), and at the end the derived architecture
   (`architecture.json/.txt`, metrics.json) and the plots. A derivation from
@@ -49,7 +55,8 @@ import numpy as np
 import tensorflow as tf
 
 from model.transformer_xl import blocks, flops
-from training import derive, plots, schedules
+from training import schedules
+from training.plugins.par_search import derive, plots
 from training.config import capped_warmup
 from training.plugins import OptimizerGroup, Plugin
 
@@ -77,6 +84,17 @@ def candidate_costs(model_config, seq_len, mem_len):
 def expected_cost(probs, costs, fixed):
     """sum_blocks sum_k p_k cost_k + fixed, for probabilities [num_blocks, C]."""
     return float(np.sum(np.asarray(probs) @ costs) + fixed)
+
+
+def retrain_config(config, architecture):
+    """The TrainConfig of PAR's second stage: `architecture` from scratch, the same flags
+    otherwise (as `./base_model.sh --architecture=<search run> --arch_warmup_steps=0`),
+    in `<model_dir>_retrain` (logs in `<logdir>_retrain` when a logdir is given)."""
+    model_dir = os.path.normpath(config.model_dir) + "_retrain"
+    logdir = os.path.normpath(config.logdir) + "_retrain" if config.logdir else ""
+    return config.replace(
+        model=config.model.replace(architecture=architecture), model_dir=model_dir,
+        logdir=logdir, search=config.search.replace(arch_warmup_steps=0, then_retrain=False))
 
 
 class FreezeState(tf.Module):
@@ -116,33 +134,35 @@ class ParSearch(Plugin):
         self.model = model
         self.config = config
         self.searching = "arch" in model.variable_groups()
-        self._tau_steps = config.tau_anneal_steps or horizon
-        self.arch_warmup_steps = capped_warmup(config.arch_warmup_steps, horizon,
+        self._tau_steps = config.search.tau_anneal_steps or horizon
+        self.arch_warmup_steps = capped_warmup(config.search.arch_warmup_steps, horizon,
                                                ARCH_WARMUP_FRACTION)
         self._tau = None
         self._optimizer = None
         self._costs = None
-        if self.searching and config.search_cost_coef > 0:
+        if self.searching and config.search.search_cost_coef > 0:
             self._costs, self._fixed_cost = candidate_costs(
                 config.model, config.seq_len, config.model.mem_len)
         self.history = plots.ArchHistory()
-        self.freezing = self.searching and config.freeze_threshold > 0
+        self.freezing = self.searching and config.search.freeze_threshold > 0
         self.freeze_state = FreezeState(model.num_blocks) if self.searching else None
         self._since = self._choice = self._frozen_step = self._frozen_probability = None
         if self.searching:
             self._read_freeze_state()
             logging.info("architecture warm-up %d steps (--arch_warmup_steps=%d, at most %d%% of "
                          "the %d planned steps)", self.arch_warmup_steps,
-                         config.arch_warmup_steps, round(100 * ARCH_WARMUP_FRACTION), horizon)
+                         config.search.arch_warmup_steps, round(100 * ARCH_WARMUP_FRACTION),
+                         horizon)
         if self.freezing:
             logging.info("progressive freezing: a block is frozen to its choice once its "
                          "probability has stayed >= %g for %d steps after the warm-up "
-                         "(--freeze_threshold, --freeze_window)", config.freeze_threshold,
-                         config.freeze_window)
+                         "(--freeze_threshold, --freeze_window)", config.search.freeze_threshold,
+                         config.search.freeze_window)
 
     @classmethod
     def create(cls, model, config, horizon):
-        if getattr(model, "family", None) != "transformer_xl":
+        # A PAR network: searchable (a supernet) or derived (a fixed string).
+        if not (hasattr(model, "arch_variables") and hasattr(model, "derived_architecture")):
             return None
         return cls(model, config, horizon)
 
@@ -222,13 +242,13 @@ class ParSearch(Plugin):
                 continue
             best = int(np.argmax(probs[block]))
             probability = float(probs[block, best])
-            if probability < c.freeze_threshold:
+            if probability < c.search.freeze_threshold:
                 if self._since[block] >= 0:
                     self._since[block], self._choice[block], changed = -1, -1, True
                 continue
             if self._since[block] < 0 or self._choice[block] != best:
                 self._since[block], self._choice[block], changed = step, best, True
-            if step - self._since[block] + 1 >= c.freeze_window:
+            if step - self._since[block] + 1 >= c.search.freeze_window:
                 self.model.freeze_block(block, best)
                 self._frozen_step[block] = step
                 self._frozen_probability[block] = probability
@@ -236,7 +256,7 @@ class ParSearch(Plugin):
                 spec = self.model.blocks[block].candidates[best]
                 logging.info("step %d: block %d frozen to %s (%s), probability %.4f for the last "
                              "%d steps; frozen %s", step, block, spec.letter, spec.name,
-                             probability, c.freeze_window, self._frozen_pattern())
+                             probability, c.search.freeze_window, self._frozen_pattern())
                 events.append({"frozen_block": block, "frozen_choice": best,
                                "frozen_probability": probability})
         if changed:
@@ -265,12 +285,14 @@ class ParSearch(Plugin):
 
         c = self.config
         variables = list(self.model.variable_groups()["arch"])
-        self._optimizer = FusedAdam(learning_rate=c.arch_learning_rate, beta_1=c.arch_beta_1,
-                                    beta_2=c.arch_beta_2, epsilon=c.epsilon)
+        search = c.search
+        self._optimizer = FusedAdam(learning_rate=search.arch_learning_rate,
+                                    beta_1=search.arch_beta_1, beta_2=search.arch_beta_2,
+                                    epsilon=c.epsilon)
         return [OptimizerGroup(
             name="arch", variables=variables, optimizer=self._optimizer,
-            l2=c.arch_weight_decay, l2_variables=variables, clip_norm=0.0,
-            start_step=self.arch_warmup_steps, learning_rate=lambda: c.arch_learning_rate)]
+            l2=search.arch_weight_decay, l2_variables=variables, clip_norm=0.0,
+            start_step=self.arch_warmup_steps, learning_rate=lambda: search.arch_learning_rate)]
 
     def _expected_cost(self):
         """Scalar float32 tensor: the expected relative FLOPs under softmax(alpha)."""
@@ -287,16 +309,16 @@ class ParSearch(Plugin):
 
         c = self.config
         cost = self._expected_cost()
-        if c.search_cost_target > 0:  # only the cost above the target
-            cost = tf.maximum(cost - c.search_cost_target, 0.0)
-        return [c.search_cost_coef * cost]
+        if c.search.search_cost_target > 0:  # only the cost above the target
+            cost = tf.maximum(cost - c.search.search_cost_target, 0.0)
+        return [c.search.search_cost_coef * cost]
 
     def before_step(self, step):
         if not self.searching:
             return
         c = self.config
-        self._tau = schedules.tau_at(step, c.tau_start, c.tau_end, self._tau_steps,
-                                     c.tau_schedule)
+        self._tau = schedules.tau_at(step, c.search.tau_start, c.search.tau_end,
+                                     self._tau_steps, c.search.tau_schedule)
         self.model.set_search_state(self._tau, step)
 
     def step_values(self, step):
@@ -306,6 +328,38 @@ class ParSearch(Plugin):
         if self._costs is not None:
             values["expected_cost"] = self._expected_cost()
         return values
+
+    # ------------------------------------------------------------ then retrain
+
+    def should_stop(self):
+        return self.searching and self.config.search.then_retrain and self.all_frozen
+
+    def follow_up(self, config, results):
+        """The derived architecture from scratch, when the search ended frozen (--then_retrain)."""
+        if not (self.searching and config.search.then_retrain and self.all_frozen):
+            return None
+        return retrain_config(config, self.model.derived_architecture)
+
+    def after_follow_up(self, results, followed):
+        """Adds the retrained network's best and last results to the search's metrics.json."""
+        import json
+
+        results = dict(results)
+        results["retrain"] = {"model_dir": os.path.normpath(self.config.model_dir) + "_retrain",
+                              "architecture": followed.get("architecture"),
+                              **{k: followed[k] for k in ("best", "last") if k in followed}}
+        path = os.path.join(self.config.model_dir, "metrics.json")
+        if os.path.exists(path):
+            with open(path + ".tmp", "w", encoding="utf-8") as f:
+                json.dump(results, f, indent=2, sort_keys=True)
+            os.replace(path + ".tmp", path)
+        for name, run in (("search (supernet)", results), ("derived, retrained", followed)):
+            best = run.get("best") or run.get("last")
+            if best:
+                logging.info("%s %s: best valid ppl %.2f (step %d), test ppl %.2f", name,
+                             run.get("architecture"), best["valid"]["perplexity"],
+                             best["step"], best["test"]["perplexity"])
+        return results
 
     # ------------------------------------------------------------ the host
 
@@ -323,7 +377,7 @@ class ParSearch(Plugin):
         if not self.searching:
             return {}
         training = step > self.arch_warmup_steps and not self.all_frozen
-        return {"lr_arch": self.config.arch_learning_rate if training else 0.0,
+        return {"lr_arch": self.config.search.arch_learning_rate if training else 0.0,
                 "frozen_blocks": float(sum(f is not None for f in self.model.frozen_blocks))}
 
     def on_log(self, step, summaries, model_dir):
