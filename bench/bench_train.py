@@ -10,8 +10,11 @@ every configuration alike:
     (3 x the forward FLOPs of model/transformer_xl/flops.py) as a fraction of the peak of
     its precision, for
       - wt2_base in soft search, hard search (with --hard_gradient=all, the
-        default, and chosen) and two derived fixed
-        architectures (transformer_xl "afafaf" and a PAR-like "aafaff"),
+        default, and chosen), three derived fixed architectures
+        (transformer_xl "afafaf", a PAR-like "aafaff" and "aaafaf", what the
+        default 20-epoch search derived) and a soft-search supernet with
+        every block frozen to "aaafaf" (progressive freezing,
+        docs/freezing.md: it should step as fast as the fixed network),
         float32 and mixed_bfloat16;
       - a compute-bound model: wt2_large's vocabulary and cutoffs with
         d_model 512, 8 heads, d_ffn 2048, 8 blocks, seq_len = mem_len = 128,
@@ -24,6 +27,12 @@ frequency, so this is how real data reaches the adaptive softmax tails). The
 architecture logits are frozen (as during `arch_warmup_steps`) so that hard
 search samples uniformly and its cost matches the expected FLOPs; their
 gradients are still computed.
+
+CPU threading (one process per setting: TensorFlow fixes its thread pools at
+start-up): --intra_op_threads / --inter_op_threads set
+`tf.config.threading` (0: TensorFlow's default), --num_cpu_replicas N runs
+the trainer cases under a MirroredStrategy of N logical CPU replicas
+(train.py --strategy=mirrored --num_cpu_replicas=N).
 
 Usage:
     python bench/bench_train.py            # full run, about 6 minutes
@@ -54,6 +63,10 @@ import tensorflow as tf  # noqa: E402
 from model.transformer_xl import flops  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
+# Cases of a supernet whose blocks are all frozen (label -> architecture string).
+FROZEN = {"supernet frozen aaafaf": "aaafaf"}
+# The strategy of the trainer cases (main sets it from --num_cpu_replicas).
+_STRATEGY = None
 
 
 # ------------------------------------------------------- shared by the benches
@@ -155,7 +168,9 @@ class Case:
         self.name, self.config, self.xla = name, config, xla
         self.batch_size, self.seq_len, self.precision = batch_size, seq_len, precision
         self.tokens = batch_size * seq_len
-        self.flops = forward_flops(config, seq_len, batch_size)
+        self.frozen = next((arch for label, arch in FROZEN.items() if label in name), None)
+        self.flops = forward_flops(config if self.frozen is None else
+                                   config.replace(architecture=self.frozen), seq_len, batch_size)
         rng = np.random.default_rng(len(name))
         ids = zipf_ids(rng, config.vocab_size, (4, batch_size, seq_len + 1))
         self.batches = [(tf.constant(b[:, :-1]), tf.constant(b[:, 1:])) for b in ids]
@@ -185,8 +200,9 @@ class Case:
             search={"arch_warmup_steps": 10**6}, xla=self.xla,
         )
         meta = {"splits": {"train": {"records": 10**6, "batch_size": self.batch_size}}}
-        trainer = Trainer(train_config, meta, tf.distribute.get_strategy())
+        trainer = Trainer(train_config, meta, _STRATEGY or tf.distribute.get_strategy())
         self.trainer = trainer
+        self._freeze(trainer.model)
 
         def step(inputs, targets):
             return trainer.train_step(inputs, targets)["loss"]
@@ -201,6 +217,7 @@ class Case:
         from training.schedules import tau_at
 
         model = build_model(self.config)
+        self._freeze(model)
         weights, arch = list(model.weight_variables), list(model.arch_variables)
         from training.fused_adam import FusedAdam
 
@@ -229,6 +246,13 @@ class Case:
             return float(loss)
 
         return run
+
+    def _freeze(self, model):
+        """Freezes every block of a frozen case's supernet to its letter."""
+        if self.frozen is not None:
+            from model.transformer_xl import blocks
+
+            model.set_frozen([blocks.letters().index(letter) for letter in self.frozen])
 
     def run(self, steps):
         """Runs `steps` steps; returns seconds per step."""
@@ -287,7 +311,9 @@ def case_specs(args):
              ("hard search chosen-only", dict(architecture="supernet", search_mode="hard",
                                               hard_gradient="chosen")),
              ("transformer_xl afafaf", dict(architecture="transformer_xl")),
-             ("derived aafaff", dict(architecture="aafaff"))]
+             ("derived aafaff", dict(architecture="aafaff")),
+             ("derived aaafaf", dict(architecture="aaafaf")),
+             *[(label, dict(architecture="supernet", search_mode="soft")) for label in FROZEN]]
     precisions = ["float32", "mixed_bfloat16"]
     specs = [(f"wt2_base {label} {precision}", preset_config("wt2_base", **overrides), 32, 32,
               precision) for precision in precisions for label, overrides in archs]
@@ -413,6 +439,13 @@ def parse_args(argv):
     parser.add_argument("--xla", action="store_true",
                         help="also run every case compiled with XLA (train.py --xla), "
                         "reporting the XLA/plain tokens/s ratio of each")
+    parser.add_argument("--intra_op_threads", type=int, default=0,
+                        help="tf.config.threading intra-op threads (0: TensorFlow's default)")
+    parser.add_argument("--inter_op_threads", type=int, default=0,
+                        help="tf.config.threading inter-op threads (0: TensorFlow's default)")
+    parser.add_argument("--num_cpu_replicas", type=int, default=0,
+                        help="run the trainer cases on a MirroredStrategy of this many CPU "
+                        "replicas (0: the default strategy)")
     parser.add_argument("--only", default="",
                         help="comma-separated substrings: run only the cases whose name has one")
     parser.add_argument("--out", default=str(RESULTS / "bench_train.json"))
@@ -492,6 +525,15 @@ def main(argv=None):
     args = parse_args(argv)
     command = command_line(sys.argv[0], argv)
     print(f"command: {command}", flush=True)
+    global _STRATEGY
+    if args.intra_op_threads:  # before any TensorFlow op
+        tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
+    if args.inter_op_threads:
+        tf.config.threading.set_inter_op_parallelism_threads(args.inter_op_threads)
+    if args.num_cpu_replicas:
+        from training import strategy as strategy_lib
+
+        _STRATEGY = strategy_lib.make_strategy("mirrored", args.num_cpu_replicas)
     use_trainer = trainer_available() and not args.local_step
     load_start = os.getloadavg()
     cases, samples, steps = measure(args, use_trainer)
@@ -511,6 +553,10 @@ def main(argv=None):
     print(f"\n{table}\n\n" + "\n".join(checks))
     result = dict(command=command, step=cases[0].step_kind, rounds=args.rounds,
                   machine=machine_info(load_start, load_end),
+                  threads=dict(intra_op=tf.config.threading.get_intra_op_parallelism_threads(),
+                               inter_op=tf.config.threading.get_inter_op_parallelism_threads(),
+                               cpu_replicas=args.num_cpu_replicas or 1,
+                               affinity=sorted(os.sched_getaffinity(0))),
                   peak_gflops={k: statistics.median(v) for k, v in peaks.items()},
                   peak_samples=peaks, rows=rows, checks=checks, markdown=table)
     out = write_results(result, args.out)
