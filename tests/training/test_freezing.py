@@ -255,3 +255,19 @@ def test_then_retrain_trains_the_derived_architecture_from_scratch(tiny_data, tm
     assert retrained.logdir == str(tmp_path / "logs") + "_retrain"
     metrics = json.loads((tmp_path / "search_retrain" / "metrics.json").read_text())
     assert metrics["step"] == 40 and "derivation" not in metrics  # trained from scratch, whole
+
+
+@pytest.mark.slow
+def test_under_xla_the_step_is_compiled_again_once_per_change_of_the_frozen_set(tiny_data,
+                                                                                tmp_path):
+    trainer = make_trainer(family_config(tiny_data, tmp_path, "transformer_xl", "--xla",
+                                         "--freeze_threshold=0"))
+    batches = first_batches(trainer.config, 5)
+    losses = [trainer.train_step(*batches[0])["loss"]]
+    trainer.model.freeze_block(0, 1)
+    losses += [trainer.train_step(*b)["loss"] for b in batches[1:3]]
+    trainer.model.freeze_block(1, 0)
+    losses += [trainer.train_step(*b)["loss"] for b in batches[3:]]
+    assert trainer.traces == 3  # the start and two freezes, not one per step
+    assert trainer._step_fn.experimental_get_tracing_count() == 1
+    assert np.all(np.isfinite(losses)) and trainer.model.derived_architecture == "fa"
