@@ -254,9 +254,10 @@ class ParSearch(Plugin):
                 self._frozen_probability[block] = probability
                 changed = True
                 spec = self.model.blocks[block].candidates[best]
-                logging.info("step %d: block %d frozen to %s (%s), probability %.4f for the last "
-                             "%d steps; frozen %s", step, block, spec.letter, spec.name,
-                             probability, c.search.freeze_window, self._frozen_pattern())
+                logging.info("step %d: block %d frozen to %s (%s), probability %.4f (>= %g for "
+                             "the last %d steps); frozen %s", step, block, spec.letter,
+                             spec.name, probability, c.search.freeze_threshold,
+                             c.search.freeze_window, self._frozen_pattern())
                 events.append({"frozen_block": block, "frozen_choice": best,
                                "frozen_probability": probability})
         if changed:
