@@ -63,7 +63,8 @@ import tensorflow as tf  # noqa: E402
 from model.transformer_xl import flops  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
-# Cases of a supernet whose blocks are all frozen (label -> architecture string).
+# Cases of a supernet whose blocks are frozen (label -> pattern: a letter per
+# frozen block, "?" for a block still searching); --frozen adds more.
 FROZEN = {"supernet frozen aaafaf": "aaafaf"}
 # The strategy of the trainer cases (main sets it from --num_cpu_replicas).
 _STRATEGY = None
@@ -136,14 +137,24 @@ def cluster_mass(config):
     return [float(p[lo:hi].sum()) for lo, hi in zip(bounds, bounds[1:])]
 
 
-def forward_flops(config, seq_len, batch_size):
+def forward_flops(config, seq_len, batch_size, frozen=None):
     """Forward FLOPs per token of one step of `config` (model/transformer_xl/flops.py).
 
     Hard search computes one candidate per block; its cost is the expectation
     over a uniform choice (attention, dense, identity), which is what the
-    sampler draws while the architecture logits stay at their zero start.
+    sampler draws while the architecture logits stay at their zero start. A
+    soft supernet with frozen blocks (`frozen`: a letter per frozen block,
+    "?" for searching) computes every candidate of the searching blocks and
+    the frozen letter of the others.
     """
     kwargs = dict(batch_size=batch_size, cluster_mass=cluster_mass(config))
+    if frozen is not None:
+        per_block = [flops.forward_flops_per_token(
+            config.replace(num_blocks=1, architecture="supernet" if letter == "?" else letter),
+            None, seq_len, config.mem_len, **kwargs)["blocks"] for letter in frozen]
+        rest = flops.forward_flops_per_token(config, "i" * config.num_blocks, seq_len,
+                                             config.mem_len, **kwargs)["total"]
+        return rest + sum(per_block)
     total = flops.forward_flops_per_token(config, None, seq_len, config.mem_len, **kwargs)
     if config.architecture == "supernet" and config.search_mode == "hard":
         return total["total"] - 2.0 / 3.0 * total["blocks"]
@@ -169,8 +180,7 @@ class Case:
         self.batch_size, self.seq_len, self.precision = batch_size, seq_len, precision
         self.tokens = batch_size * seq_len
         self.frozen = next((arch for label, arch in FROZEN.items() if label in name), None)
-        self.flops = forward_flops(config if self.frozen is None else
-                                   config.replace(architecture=self.frozen), seq_len, batch_size)
+        self.flops = forward_flops(config, seq_len, batch_size, self.frozen)
         rng = np.random.default_rng(len(name))
         ids = zipf_ids(rng, config.vocab_size, (4, batch_size, seq_len + 1))
         self.batches = [(tf.constant(b[:, :-1]), tf.constant(b[:, 1:])) for b in ids]
@@ -248,11 +258,12 @@ class Case:
         return run
 
     def _freeze(self, model):
-        """Freezes every block of a frozen case's supernet to its letter."""
+        """Freezes the blocks of a frozen case's supernet to their letters ("?": searching)."""
         if self.frozen is not None:
             from model.transformer_xl import blocks
 
-            model.set_frozen([blocks.letters().index(letter) for letter in self.frozen])
+            model.set_frozen([None if letter == "?" else blocks.letters().index(letter)
+                              for letter in self.frozen])
 
     def run(self, steps):
         """Runs `steps` steps; returns seconds per step."""
@@ -313,7 +324,8 @@ def case_specs(args):
              ("transformer_xl afafaf", dict(architecture="transformer_xl")),
              ("derived aafaff", dict(architecture="aafaff")),
              ("derived aaafaf", dict(architecture="aaafaf")),
-             *[(label, dict(architecture="supernet", search_mode="soft")) for label in FROZEN]]
+             *[(label, dict(architecture="supernet", search_mode="soft")) for label in FROZEN
+               if len(FROZEN[label]) == 6]]
     precisions = ["float32", "mixed_bfloat16"]
     specs = [(f"wt2_base {label} {precision}", preset_config("wt2_base", **overrides), 32, 32,
               precision) for precision in precisions for label, overrides in archs]
@@ -446,10 +458,15 @@ def parse_args(argv):
     parser.add_argument("--num_cpu_replicas", type=int, default=0,
                         help="run the trainer cases on a MirroredStrategy of this many CPU "
                         "replicas (0: the default strategy)")
+    parser.add_argument("--frozen", default="",
+                        help="comma-separated wt2_base soft-search freezing patterns to add as "
+                        "cases, a letter per frozen block and ? per searching block (a????f)")
     parser.add_argument("--only", default="",
                         help="comma-separated substrings: run only the cases whose name has one")
     parser.add_argument("--out", default=str(RESULTS / "bench_train.json"))
     args = parser.parse_args(argv)
+    for pattern in filter(None, (p.strip() for p in args.frozen.split(","))):
+        FROZEN[f"supernet frozen {pattern}"] = pattern
     args.rounds = args.rounds or (2 if args.quick else 15)
     args.sample_seconds = args.sample_seconds or (0.2 if args.quick else 0.5)
     args.big_blocks = args.big_blocks or (2 if args.quick else 8)

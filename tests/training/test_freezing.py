@@ -206,7 +206,8 @@ def test_the_frozen_set_survives_loading_export_and_derivation(tiny_data, tmp_pa
     config = family_config(tiny_data, tmp_path / "run", "transformer_xl",
                            "--num_blocks=3", "--arch_warmup_steps=2", "--arch_learning_rate=0.5",
                            "--freeze_threshold=0.6", "--freeze_window=2", "--max_steps=24",
-                           "--checkpoint_interval=8", "--eval_interval=8")
+                           "--checkpoint_interval=8", "--eval_interval=8",
+                           f"--logdir={tmp_path / 'logs'}")
     results = train(config)
     frozen = results["derivation"]["freezes"]
     assert frozen, "the flags should freeze a block within 24 steps"
@@ -215,6 +216,10 @@ def test_the_frozen_set_survives_loading_export_and_derivation(tiny_data, tmp_pa
     log = read_training_log(tmp_path / "run" / "training_log.log")
     events = [(r["step"], r["frozen_block"]) for r in log if "frozen_block" in r]
     assert events == [(f["step"], f["block"]) for f in frozen]
+    scalars = [(e.step, v.tag) for path in (tmp_path / "logs" / "train").iterdir()
+               for e in tf.compat.v1.train.summary_iterator(str(path)) for v in e.summary.value]
+    assert [s for s, tag in scalars if tag == "train/frozen_block"] == [f["step"] for f in frozen]
+    assert sum(tag == "train/frozen_probability" for _, tag in scalars) == len(frozen)
     pattern = {f["block"]: "afi".index(f["choice"]) for f in frozen}
     expected = tuple(pattern.get(b) for b in range(3))
     for checkpoint in ("latest", "best"):
