@@ -34,6 +34,9 @@ from training.config import ConfigError, TrainConfig
 
 _DEFAULTS = {f.name: f.default for f in TrainConfig.flag_fields()
              if f.default is not dataclasses.MISSING}
+# The plug-ins' config sections: section name -> its fields (each a flag).
+_SECTION_FIELDS = {name: section.flag_fields()
+                   for name, section in TrainConfig.section_fields().items()}
 # Model flags that are parsed from strings by hand (shared by the families).
 _SPECIAL_MODEL_FLAGS = ("architecture", "cutoffs", "proj_dims")
 
@@ -95,9 +98,10 @@ GROUPS = ("data", "model", "search", "optimisation", "schedule", "run length", "
 def define_flags(fv=flags.FLAGS):
     """Defines every train.py flag on `fv` (tests use their own FlagValues).
 
-    The flags are generated from fields: TrainConfig's (training/config.py)
-    and every model family's config (model/families.py), each with its help
-    text, group and choices in the field's metadata. Besides them, only the
+    The flags are generated from fields: TrainConfig's (training/config.py),
+    its plug-in sections' (e.g. SearchConfig, training/plugins/par_search/
+    config.py) and every model family's config (model/families.py), each
+    with its help text, group and choices in the field's metadata. Besides them, only the
     flags that are parsed into model fields by hand (--architecture,
     --cutoffs and its cost model, --proj_dims) and --overwrite are defined
     here. `--help` lists flags alphabetically; the [group] at the start of
@@ -113,7 +117,8 @@ def define_flags(fv=flags.FLAGS):
         args = [list(field.metadata["choices"])] if kind == "enum" else []
         define(kind, field.name, default, group, help_, *args)
 
-    fields = TrainConfig.flag_fields()
+    fields = TrainConfig.flag_fields() + [f for section in _SECTION_FIELDS.values()
+                                          for f in section]
     unknown = sorted({f.metadata["group"] for f in fields} - set(GROUPS))
     if unknown:
         raise ValueError(f"TrainConfig fields in groups {unknown} that GROUPS does not list")
@@ -218,7 +223,7 @@ def _int_list(name, items):
 
 def _architecture(value, num_blocks, preset):
     """The a/f/i string of --architecture; it must have one letter per block."""
-    from training import derive
+    from training.plugins.par_search import derive
 
     if value in ("supernet", "transformer_xl"):
         return value
@@ -269,10 +274,14 @@ def config_from_flags(fv):
     meta = data_utils.load_meta(fv.data_dir)
     family, preset, model = _model_config(fv, meta)
     values = {name: fv[name].value for name in _DEFAULTS if name in fv}
+    for section, fields in _SECTION_FIELDS.items():
+        values[section] = {f.name: fv[f.name].value for f in fields}
     # The preset's recommended training settings, where no flag was given.
     for name, value in family.train_defaults.get(preset, {}).items():
         if not fv[name].present:
-            values[name] = value
+            section = next((s for s, fields in _SECTION_FIELDS.items()
+                            if name in {f.name for f in fields}), None)
+            (values[section] if section else values)[name] = value
     values.update(
         data_dir=fv.data_dir, model_dir=fv.model_dir, model=model, model_family=family.name,
         preset=preset,

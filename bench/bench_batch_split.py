@@ -91,7 +91,7 @@ def child(args):
         config = TrainConfig(
             data_dir="unused", model_dir=workdir, model=model, batch_size=args.batch_size,
             seq_len=args.seq_len, batch_split=k, precision=args.precision, max_steps=10**6,
-            warmup_steps=100, arch_warmup_steps=10**6)
+            warmup_steps=100, search={"arch_warmup_steps": 10**6})
         meta = {"splits": {"train": {"records": 10**6, "batch_size": args.batch_size}}}
         try:
             trainer = Trainer(config, meta, tf.distribute.get_strategy())

@@ -1,7 +1,7 @@
 """Adaptive span against a fixed span of the same maximum: tokens/s and memory.
 
 Reads a finished adaptive-span run (its config.json, and the learned spans
-metrics.json records at the end of training, training/plugins/span_report.py)
+metrics.json records at the end of training, training/plugins/span_report/plugin.py)
 and measures, in this process, the trainer's own training step
 (bench/bench_train.py's Case: forward, backward, clipping, Adam, memory
 threaded from step to step; Zipf-distributed ids, no input pipeline) for:

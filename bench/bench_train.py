@@ -10,8 +10,11 @@ every configuration alike:
     (3 x the forward FLOPs of model/transformer_xl/flops.py) as a fraction of the peak of
     its precision, for
       - wt2_base in soft search, hard search (with --hard_gradient=all, the
-        default, and chosen) and two derived fixed
-        architectures (transformer_xl "afafaf" and a PAR-like "aafaff"),
+        default, and chosen), three derived fixed architectures
+        (transformer_xl "afafaf", a PAR-like "aafaff" and "aaafaf", what the
+        default 20-epoch search derived) and a soft-search supernet with
+        every block frozen to "aaafaf" (progressive freezing,
+        docs/freezing.md: it should step as fast as the fixed network),
         float32 and mixed_bfloat16;
       - a compute-bound model: wt2_large's vocabulary and cutoffs with
         d_model 512, 8 heads, d_ffn 2048, 8 blocks, seq_len = mem_len = 128,
@@ -24,6 +27,12 @@ frequency, so this is how real data reaches the adaptive softmax tails). The
 architecture logits are frozen (as during `arch_warmup_steps`) so that hard
 search samples uniformly and its cost matches the expected FLOPs; their
 gradients are still computed.
+
+CPU threading (one process per setting: TensorFlow fixes its thread pools at
+start-up): --intra_op_threads / --inter_op_threads set
+`tf.config.threading` (0: TensorFlow's default), --num_cpu_replicas N runs
+the trainer cases under a MirroredStrategy of N logical CPU replicas
+(train.py --strategy=mirrored --num_cpu_replicas=N).
 
 Usage (from the project root):
     python -m bench.bench_train            # full run, about 6 minutes
@@ -48,6 +57,11 @@ import tensorflow as tf  # noqa: E402
 from bench import common  # noqa: E402
 from model.transformer_xl import flops  # noqa: E402
 
+# Cases of a supernet whose blocks are frozen (label -> pattern: a letter per
+# frozen block, "?" for a block still searching); --frozen adds more.
+FROZEN = {"supernet frozen aaafaf": "aaafaf"}
+# The strategy of the trainer cases (main sets it from --num_cpu_replicas).
+_STRATEGY = None
 # ------------------------------------------------------------------ matmul peak
 
 
@@ -87,14 +101,24 @@ def cluster_mass(config):
     return [float(p[lo:hi].sum()) for lo, hi in zip(bounds, bounds[1:])]
 
 
-def forward_flops(config, seq_len, batch_size):
+def forward_flops(config, seq_len, batch_size, frozen=None):
     """Forward FLOPs per token of one step of `config` (model/transformer_xl/flops.py).
 
     Hard search computes one candidate per block; its cost is the expectation
     over a uniform choice (attention, dense, identity), which is what the
-    sampler draws while the architecture logits stay at their zero start.
+    sampler draws while the architecture logits stay at their zero start. A
+    soft supernet with frozen blocks (`frozen`: a letter per frozen block,
+    "?" for searching) computes every candidate of the searching blocks and
+    the frozen letter of the others.
     """
     kwargs = dict(batch_size=batch_size, cluster_mass=cluster_mass(config))
+    if frozen is not None:
+        per_block = [flops.forward_flops_per_token(
+            config.replace(num_blocks=1, architecture="supernet" if letter == "?" else letter),
+            None, seq_len, config.mem_len, **kwargs)["blocks"] for letter in frozen]
+        rest = flops.forward_flops_per_token(config, "i" * config.num_blocks, seq_len,
+                                             config.mem_len, **kwargs)["total"]
+        return rest + sum(per_block)
     total = flops.forward_flops_per_token(config, None, seq_len, config.mem_len, **kwargs)
     if config.architecture == "supernet" and config.search_mode == "hard":
         return total["total"] - 2.0 / 3.0 * total["blocks"]
@@ -126,8 +150,9 @@ class Case:
         if train_settings is None:
             # Frozen logits keep the hard-search sampler uniform, so its cost
             # matches the expected FLOPs; their gradient is still computed.
-            train_settings = dict(warmup_steps=100, arch_warmup_steps=10**6)
+            train_settings = dict(warmup_steps=100, search={"arch_warmup_steps": 10**6})
         self.train_settings = train_settings
+        self.frozen = next((arch for label, arch in FROZEN.items() if label in name), None)
         rng = np.random.default_rng(len(name))
         ids = zipf_ids(rng, config.vocab_size, (4, batch_size, seq_len + 1))
         self.batches = [(tf.constant(b[:, :-1]), tf.constant(b[:, 1:])) for b in ids]
@@ -153,8 +178,9 @@ class Case:
             batch_size=self.batch_size, seq_len=self.seq_len, precision=self.precision,
             max_steps=10**6, xla=self.xla, **self.train_settings)
         meta = {"splits": {"train": {"records": 10**6, "batch_size": self.batch_size}}}
-        trainer = Trainer(train_config, meta, tf.distribute.get_strategy())
+        trainer = Trainer(train_config, meta, _STRATEGY or tf.distribute.get_strategy())
         self.trainer = trainer
+        self._freeze(trainer.model)
 
         def step(inputs, targets):
             return trainer.train_step(inputs, targets)["loss"]
@@ -169,6 +195,7 @@ class Case:
         from training.schedules import tau_at
 
         model = build_model(self.config)
+        self._freeze(model)
         weights, arch = list(model.weight_variables), list(model.arch_variables)
         from training.fused_adam import FusedAdam
 
@@ -201,7 +228,15 @@ class Case:
     @functools.cached_property
     def flops(self):
         """Forward FLOPs per token (a Transformer-XL config's; `forward_flops`)."""
-        return forward_flops(self.config, self.seq_len, self.batch_size)
+        return forward_flops(self.config, self.seq_len, self.batch_size, self.frozen)
+
+    def _freeze(self, model):
+        """Freezes the blocks of a frozen case's supernet to their letters ("?": searching)."""
+        if self.frozen is not None:
+            from model.transformer_xl import blocks
+
+            model.set_frozen([None if letter == "?" else blocks.letters().index(letter)
+                              for letter in self.frozen])
 
     def run(self, steps):
         """Runs `steps` steps; returns seconds per step."""
@@ -274,7 +309,10 @@ def case_specs(args):
              ("hard search chosen-only", dict(architecture="supernet", search_mode="hard",
                                               hard_gradient="chosen")),
              ("transformer_xl afafaf", dict(architecture="transformer_xl")),
-             ("derived aafaff", dict(architecture="aafaff"))]
+             ("derived aafaff", dict(architecture="aafaff")),
+             ("derived aaafaf", dict(architecture="aaafaf")),
+             *[(label, dict(architecture="supernet", search_mode="soft")) for label in FROZEN
+               if len(FROZEN[label]) == 6]]
     precisions = ["float32", "mixed_bfloat16"]
     specs = [(f"wt2_base {label} {precision}", preset_config("wt2_base", **overrides), 32, 32,
               precision) for precision in precisions for label, overrides in archs]
@@ -392,10 +430,22 @@ def parse_args(argv):
     parser.add_argument("--xla", action="store_true",
                         help="also run every case compiled with XLA (train.py --xla), "
                         "reporting the XLA/plain tokens/s ratio of each")
+    parser.add_argument("--intra_op_threads", type=int, default=0,
+                        help="tf.config.threading intra-op threads (0: TensorFlow's default)")
+    parser.add_argument("--inter_op_threads", type=int, default=0,
+                        help="tf.config.threading inter-op threads (0: TensorFlow's default)")
+    parser.add_argument("--num_cpu_replicas", type=int, default=0,
+                        help="run the trainer cases on a MirroredStrategy of this many CPU "
+                        "replicas (0: the default strategy)")
+    parser.add_argument("--frozen", default="",
+                        help="comma-separated wt2_base soft-search freezing patterns to add as "
+                        "cases, a letter per frozen block and ? per searching block (a????f)")
     parser.add_argument("--only", default="",
                         help="comma-separated substrings: run only the cases whose name has one")
     parser.add_argument("--out", default=str(common.results_path("bench_train")))
     args = parser.parse_args(argv)
+    for pattern in filter(None, (p.strip() for p in args.frozen.split(","))):
+        FROZEN[f"supernet frozen {pattern}"] = pattern
     args.rounds = args.rounds or (2 if args.quick else 15)
     args.sample_seconds = args.sample_seconds or (0.2 if args.quick else 0.5)
     args.big_blocks = args.big_blocks or (2 if args.quick else 8)
@@ -456,6 +506,15 @@ def measure(args, use_trainer):
 
 def main(argv=None):
     args, command = common.start("bench.bench_train", parse_args, argv)
+    global _STRATEGY
+    if args.intra_op_threads:  # before any TensorFlow op
+        tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
+    if args.inter_op_threads:
+        tf.config.threading.set_inter_op_parallelism_threads(args.inter_op_threads)
+    if args.num_cpu_replicas:
+        from training import strategy as strategy_lib
+
+        _STRATEGY = strategy_lib.make_strategy("mirrored", args.num_cpu_replicas)
     use_trainer = trainer_available() and not args.local_step
     load_start = common.loadavg()
     cases, samples, steps = measure(args, use_trainer)
@@ -470,6 +529,10 @@ def main(argv=None):
     print(f"\n{table}\n\n" + "\n".join(checks))
     result = dict(step=cases[0].step_kind, rounds=args.rounds,
                   machine=common.machine_info(load_start, load_end),
+                  threads=dict(intra_op=tf.config.threading.get_intra_op_parallelism_threads(),
+                               inter_op=tf.config.threading.get_inter_op_parallelism_threads(),
+                               cpu_replicas=args.num_cpu_replicas or 1,
+                               affinity=sorted(os.sched_getaffinity(0))),
                   peak_gflops={k: statistics.median(v) for k, v in peaks.items()},
                   peak_samples=peaks, rows=rows, checks=checks, markdown=table)
     out = common.write_results(args.out, command, result)

@@ -15,7 +15,7 @@ import collections
 import os
 import re
 
-from model.transformer_xl.stochastic_block import CANDIDATES
+from model.transformer_xl import blocks
 
 ATTENTION, FEED_FORWARD, SOFTMAX = "attention", "feed-forward", "adaptive softmax"
 EMBEDDING, DROPOUT, LAYER_NORM = "embeddings", "dropout", "layer norm"
@@ -82,8 +82,9 @@ def scope_category(name):
             return category
     for segment in reversed(segments[:-1]):
         match = _BRANCH.match(segment[-1]) if segment else None
-        if match and int(match.group(1)) < len(CANDIDATES):
-            return _layer_category(CANDIDATES[int(match.group(1))]) or SEARCH
+        names = blocks.names()
+        if match and int(match.group(1)) < len(names):
+            return _layer_category(names[int(match.group(1))]) or SEARCH
     if any(_BLOCK.match(c) for c in components):
         return SEARCH
     return None

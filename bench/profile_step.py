@@ -78,6 +78,9 @@ CASES = {
     "soft search": dict(architecture="supernet", search_mode="soft"),
     "hard search": dict(architecture="supernet", search_mode="hard"),
     "transformer_xl afafaf": dict(architecture="transformer_xl"),
+    "derived aaafaf": dict(architecture="aaafaf"),
+    # Every block frozen (docs/freezing.md): bench_train.Case freezes it by its label.
+    "supernet frozen aaafaf": dict(architecture="supernet", search_mode="soft"),
     COMPUTE_BOUND: None,
 }
 DEFAULT_CASES = ("soft search", "hard search", "transformer_xl afafaf")

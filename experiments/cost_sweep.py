@@ -35,7 +35,7 @@ Every run is base_model.sh's recipe (wt2_base, Adam with cosine decay, tau
 run), whose flags the sweep's override; each stage's command is in its
 sweep_plan.json.
 
-Size of the cost term (training/plugins/par_search.py): at wt2_base size (T 32,
+Size of the cost term (training/plugins/par_search/plugin.py): at wt2_base size (T 32,
 M 16) an attention block costs 0.118 and a dense block 0.124 of a
 Transformer-XL's forward FLOPs per token, identity 0, embedding and adaptive
 softmax 0.274 (`cost_per_block` in the results). So the knob trades whole
@@ -340,7 +340,7 @@ def measure_throughput(retrain_dirs, args):
 
 def cost_per_block(config):
     """The search's cost table (par_search.candidate_costs) for the results."""
-    from training.plugins.par_search import candidate_costs
+    from training.plugins.par_search.plugin import candidate_costs
 
     costs, fixed = candidate_costs(config.model, config.seq_len, config.model.mem_len)
     return dict(attention=float(costs[0]), dense=float(costs[1]), identity=float(costs[2]),

@@ -46,15 +46,16 @@ def test_quick_look_has_its_own_run_and_plan(project_root, tmp_path, word_data, 
         assert (config.eval_interval, config.checkpoint_interval) == (500, 500)
         # The warm-ups fit the 3,000 planned steps without being capped.
         assert capped_warmup(config.warmup_steps, 3000, 0.1) == config.warmup_steps == 300
-        assert capped_warmup(config.arch_warmup_steps, 3000, 0.2) == config.arch_warmup_steps
+        arch_warmup = config.search.arch_warmup_steps
+        assert capped_warmup(arch_warmup, 3000, 0.2) == arch_warmup
     else:
         assert config.model_dir == "runs/wt2_base_supernet"
         assert (config.epochs, config.max_steps) == (20, 0)
-        assert (config.warmup_steps, config.arch_warmup_steps) == (1000, 2000)
+        assert (config.warmup_steps, config.search.arch_warmup_steps) == (1000, 2000)
         assert (config.eval_interval, config.checkpoint_interval) == (2500, 2500)
     # Everything else is the same recipe.
     assert (config.preset, config.optimizer, config.learning_rate, config.lr_schedule,
-            config.min_lr, config.clip_norm, config.tau_start, config.tau_end) == (
+            config.min_lr, config.clip_norm, config.search.tau_start, config.search.tau_end) == (
         "wt2_base", "adam", 1e-3, "cosine", 1e-5, 0.25, 1.0, 0.1)
 
 

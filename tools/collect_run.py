@@ -10,7 +10,10 @@ config.json and training_log.log are required) and writes STATUS.md: finished
 or not (metrics.json is written at the end of a run), the last logged step and
 the valid evaluations reached so far, so that a run still in progress can be
 reported for what it reached. Checkpoints and anything over 2 MB are never
-copied. The destination is written to a temporary directory first and then
+copied. For a search with progressive freezing (docs/freezing.md), STATUS.md
+also lists the freezes and the training speed of each stage between them
+(median tokens/s of the logged intervals, from training_log.log). The
+destination is written to a temporary directory first and then
 swapped in: an error leaves the previous copy as it was. With --console_log
 (train.py's standard output and error, as the README's background commands
 keep it), that log is copied too (console.log) and its periodic valid
@@ -56,10 +59,40 @@ def _valid_rows(console_log):
     return sorted({row["step"]: row for row in rows}.values(), key=lambda row: row["step"])
 
 
+def _freeze_lines(rows, seq_len, batch_size):
+    """STATUS.md lines: the freezes and the speed of each stage between them."""
+    freezes = [r for r in rows if "frozen_block" in r]
+    if not freezes:
+        return []
+    train = [r for r in rows if "loss" in r and "tokens_per_sec" in r]
+    lines = ["Freezes (training_log.log; choice: 0 attention, 1 dense, 2 identity):", "",
+             "| step | block | choice | probability |", "|---:|---:|---:|---:|"]
+    lines += [f"| {r['step']} | {int(r['frozen_block'])} | {int(r['frozen_choice'])} | "
+              f"{r['frozen_probability']:.4f} |" for r in freezes]
+    bounds = sorted({r["step"] for r in freezes})
+    stages = {}
+    for previous, row in zip([{"step": 0}] + train, train):
+        start, end = previous["step"], row["step"]
+        if any(start < b < end for b in bounds):
+            continue  # the interval holds a freeze (and the step traced again)
+        stage = sum(b <= start for b in bounds)
+        stages.setdefault(stage, []).append(row["tokens_per_sec"])
+    edges = [0] + bounds + [train[-1]["step"] if train else bounds[-1]]
+    lines += ["", "Speed by stage (median tokens/s of the logged intervals inside it):", "",
+              "| steps | blocks frozen | tokens/s | steps/s |", "|---|---:|---:|---:|"]
+    for stage, speeds in sorted(stages.items()):
+        median = sorted(speeds)[len(speeds) // 2]
+        frozen = sum(1 for r in freezes if r["step"] <= edges[stage])
+        lines.append(f"| {edges[stage]}-{edges[stage + 1]} | {frozen} | {median:,.0f} | "
+                     f"{median / (seq_len * batch_size):.2f} |")
+    return lines + [""]
+
+
 def _status(run_dir, copied, console_log):
     from training.loop import read_training_log
 
-    train = [r for r in read_training_log(run_dir / names.TRAINING_LOG) if "loss" in r]
+    rows = read_training_log(run_dir / names.TRAINING_LOG)
+    train = [r for r in rows if "loss" in r]
     valid = _valid_rows(console_log)
     config = json.loads((run_dir / names.CONFIG_FILE).read_text(encoding="utf-8"))
     finished = names.METRICS_FILE in copied
@@ -72,7 +105,8 @@ def _status(run_dir, copied, console_log):
                   "| step | nll | ppl | word ppl | bits/byte |", "|---:|---:|---:|---:|---:|"]
         lines += [f"| {r['step']} | {r['nll']:.4f} | {r['ppl']:.2f} | {r['word ppl']:.2f} | "
                   f"{r['bpb']:.4f} |" for r in valid]
-    lines += ["", f"Files: {', '.join(copied)}.", ""]
+    lines += [""] + _freeze_lines(rows, config.get("seq_len", 1), config.get("batch_size", 1))
+    lines += [f"Files: {', '.join(copied)}.", ""]
     return "\n".join(lines)
 
 

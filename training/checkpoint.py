@@ -9,6 +9,11 @@ A checkpoint (`model_dir/ckpt-<step>.*`, TF's own format, no pickle) holds:
   the masks the uninterrupted run would have drawn. The Gumbel noise is a
   function of (seed, block, step), and `tau`/`search_step` are model
   variables, so they need nothing more.
+- the model's `checkpoint_extras()` when it has them (a supernet's
+  `frozen_blocks`, progressive freezing) and the plug-ins'
+  `checkpoint_objects()` (the search plug-in's freezing counters, `search`):
+  *optional* objects, restored only when the file has them, so checkpoints
+  written before they existed keep loading (`restore_optional`).
 - `weights_optimizer`, `arch_optimizer`: Keras optimizer variables (moments,
   iteration counters, loss scale).
 - `state`: `TrainState` below: step, epoch, position in the training split,
@@ -21,7 +26,7 @@ A checkpoint (`model_dir/ckpt-<step>.*`, TF's own format, no pickle) holds:
   count may change between save and restore.
 
 The best checkpoint on validation (`model_dir/best/ckpt-<step>.*`) holds the
-model variables only. Under multi-worker training every worker takes part in
+model variables (and the model's extras) only. Under multi-worker training every worker takes part in
 a save (collectives); workers other than the chief write into a scratch
 directory that is deleted right away, as tf.distribute requires.
 
@@ -393,8 +398,60 @@ class _VariableList(tf.Module):
         return {str(i): v for i, v in enumerate(self.variables_list)}
 
 
+def _top_level_names(path):
+    """Names of the objects saved at the top of checkpoint `path` ("model", "state", ...)."""
+    reader = tf.train.load_checkpoint(path)
+    return {key.split("/", 1)[0] for key in reader.get_variable_to_shape_map()}
+
+
+def restore_optional(path, required, optional):
+    """Restores checkpoint `path` into `required` objects and those `optional` ones it holds.
+
+    Args:
+        path: checkpoint prefix.
+        required: dict name -> trackable that must all be in the file.
+        optional: dict name -> trackable restored only when the file has it
+            (objects newer than the checkpoint keep their values).
+
+    Returns:
+        The `tf.train.Checkpoint` restored (its `save_counter` is the file's).
+
+    Raises:
+        AssertionError (from TensorFlow): a required object does not match.
+    """
+    present = _top_level_names(path)
+    found = {k: v for k, v in optional.items() if k in present}
+    checkpoint = tf.train.Checkpoint(**required, **found)
+    checkpoint.restore(path).assert_existing_objects_matched()
+    return checkpoint
+
+
+def model_objects(model):
+    """The checkpoint objects of a model: {"model": its variables} and its optional extras."""
+    extras = getattr(model, "checkpoint_extras", dict)()
+    return {"model": _VariableList(model.variables)}, dict(extras)
+
+
+def restore_model(model, path):
+    """Restores a model's variables (and extras the file has) from checkpoint `path`.
+
+    Works for the trainer's checkpoints and its best checkpoints (other
+    objects in the file are ignored).
+
+    Raises:
+        AssertionError (from TensorFlow): the checkpoint does not fit the model.
+    """
+    required, optional = model_objects(model)
+    present = _top_level_names(path)
+    found = {k: v for k, v in optional.items() if k in present}
+    status = tf.train.Checkpoint(**required, **found).restore(path)
+    status.assert_existing_objects_matched().expect_partial()
+    return path
+
+
 def model_checkpoint(model):
-    """A `tf.train.Checkpoint` of the model's variables as saved under `model/`."""
+    """A `tf.train.Checkpoint` of the model's variables as saved under `model/`
+    (without the model's optional extras: `model_objects`)."""
     return tf.train.Checkpoint(model=_VariableList(model.variables))
 
 
@@ -402,7 +459,8 @@ def restore_model_variables(model, prefix, what="the model"):
     """Loads a checkpoint's `model/<i>` variables into a built model.
 
     Works with the full training checkpoints and the best ones (the
-    optimizer and trainer state, if present, is ignored).
+    optimizer and trainer state, if present, is ignored), and restores the
+    model's optional extras the file holds (a supernet's frozen blocks).
 
     Args:
         model: the built model.
@@ -414,8 +472,7 @@ def restore_model_variables(model, prefix, what="the model"):
             architecture or sizes), naming the checkpoint.
     """
     try:
-        status = model_checkpoint(model).restore(prefix)
-        status.assert_existing_objects_matched().expect_partial()
+        restore_model(model, prefix)
     except (AssertionError, ValueError, tf.errors.OpError, IndexError) as error:
         text = str(error).strip()
         first = text.splitlines()[0] if text else type(error).__name__
@@ -445,10 +502,12 @@ class Checkpointer:
         state: TrainState.
         keep: number of last checkpoints kept (at least 2, so that a damaged
             newest one leaves one to resume from).
+        extras: dict name -> trackable saved with every checkpoint and
+            restored when present (e.g. the plug-ins' `checkpoint_objects`).
         strategy: the tf.distribute strategy (decides who writes).
     """
 
-    def __init__(self, model_dir, model, optimizers, state, keep, strategy):
+    def __init__(self, model_dir, model, optimizers, state, keep, strategy, extras=None):
         self.model_dir = model_dir
         self.state = state
         self.keep = max(int(keep), 2)
@@ -456,9 +515,12 @@ class Checkpointer:
         self._worker = strategy_lib.worker_id(strategy)
         self._model = model
         self._optimizers = optimizers
-        model_vars = _VariableList(model.variables)
-        self.checkpoint = tf.train.Checkpoint(model=model_vars, state=state, **optimizers)
-        self.best_checkpoint = tf.train.Checkpoint(model=model_vars)
+        model_required, model_optional = model_objects(model)
+        self._required = {**model_required, "state": state, **optimizers}
+        self._optional = {**model_optional, **dict(extras or {})}
+        self._best_required, self._best_optional = model_required, model_optional
+        self.checkpoint = tf.train.Checkpoint(**self._required, **self._optional)
+        self.best_checkpoint = tf.train.Checkpoint(**model_required, **model_optional)
         # Made on first save: after a restore has set damaged checkpoints aside.
         self._manager = None
         self._best_manager = None
@@ -505,7 +567,9 @@ class Checkpointer:
             AssertionError (from TensorFlow): the checkpoint does not match
                 the model (different architecture or sizes).
         """
-        self.checkpoint.restore(prefix).assert_existing_objects_matched()
+        restored = restore_optional(prefix, self._required, self._optional)
+        # The manager numbers files with the counter of the checkpoint it saves.
+        self.checkpoint.save_counter.assign(restored.save_counter)
         step = int(self.state.step.numpy())
         self.last_saved_step = step
         logging.info("restored %s (step %d)", prefix, step)
@@ -523,7 +587,8 @@ class Checkpointer:
             logging.warning("the best checkpoint is damaged: %s; not used", problem)
         if path is None:
             return None
-        self.best_checkpoint.restore(path).assert_existing_objects_matched()
+        restored = restore_optional(path, self._best_required, self._best_optional)
+        self.best_checkpoint.save_counter.assign(restored.save_counter)
         return path
 
     def _check_finite(self, variables, what):

@@ -18,7 +18,7 @@ steps at the first start (`total_steps`), which a resumed run keeps even when
 --max_steps/--epochs change how long it runs (training/trainer.py). The
 warm-ups are capped at a fraction of the horizon (`capped_warmup`):
 --warmup_steps at `WARMUP_FRACTION` (10%) and --arch_warmup_steps at 20%
-(training/plugins/par_search.py), so a short run still warms up, then trains.
+(training/plugins/par_search/plugin.py), so a short run still warms up, then trains.
 """
 
 import dataclasses
@@ -28,8 +28,10 @@ from typing import Any
 
 from model import families
 from model.config_base import ConfigBase, cutoffs_problem, field
+from training import plugins, run_dir
 from training.optimizers import OPTIMIZERS as _OPTIMIZER_TABLE
-from training import run_dir
+from training.plugins.par_search import config as search_config
+from training.plugins.par_search.config import SearchConfig
 from training.run_dir import CONFIG_FILE
 
 NONFINITE_POLICIES = ("stop", "skip")
@@ -41,7 +43,7 @@ OPTIMIZERS = tuple(_OPTIMIZER_TABLE)
 # The schedule names (training/schedules.py implements them and imports these,
 # so that validating flags does not have to import TensorFlow).
 LR_SCHEDULES = ("cosine", "linear", "constant", "inverse_sqrt")
-TAU_SCHEDULES = ("exponential", "linear")
+TAU_SCHEDULES = search_config.TAU_SCHEDULES
 SPLITS = ("train", "valid", "test")
 # The learning-rate warm-up is at most this fraction of the planned steps.
 WARMUP_FRACTION = 0.1
@@ -52,7 +54,7 @@ RESUMABLE_FIELDS = frozenset({
     "epochs", "max_steps", "eval_interval", "eval_max_records", "eval_mem_len",
     "sample_tokens", "checkpoint_interval", "keep_checkpoints", "log_interval",
     "logdir", "batch_split", "checkpoint_every_minutes", "on_nonfinite", "max_nonfinite_steps",
-})
+} | {f"{search_config.SECTION}.{name}" for name in search_config.RESUMABLE})
 
 
 class ConfigError(ValueError):
@@ -75,16 +77,19 @@ class TrainConfig(ConfigBase):
     """Everything a training run needs besides the data files.
 
     Every field is a train.py flag of the same name (but `model`, the model
-    family's config, whose fields are flags of their own); its help text,
-    group and choices live in the field's metadata, and train.py generates
-    the flags from them. Notes beyond the help texts:
+    family's config, and the plug-ins' sections such as `search`, whose
+    fields are flags of their own); its help text, group and choices live in
+    the field's metadata, and train.py generates the flags from them. A
+    section may be given as a dict (config.json, tests). Notes beyond the
+    help texts:
 
     - batch_split must divide the per-replica batch B/R: each replica runs its
       rows as micro-batches of B/(R*batch_split) consecutive rows (each with
       its own rows of the model state) and the step applies one update from
       the summed gradients, equal to the unsplit step's.
-    - arch_warmup_steps and warmup_steps are caps: at most 20% (the search)
-      and WARMUP_FRACTION (10%) of the run's planned steps are used.
+    - warmup_steps (and the search's arch_warmup_steps) are caps: at most
+      WARMUP_FRACTION (10%) (the search: 20%) of the run's planned steps are
+      used.
     - weight_decay never touches biases and normalisation scales (each
       optimizer owns its decay rule: training/optimizers.py).
     """
@@ -118,29 +123,11 @@ class TrainConfig(ConfigBase):
                           **_FROM_ELSEWHERE)
     eval_mem_len: int = _field(16, "model", "Memory length at evaluation, >= 0 (default: "
                                "--mem_len).", **_FROM_ELSEWHERE)
-    # Architecture search.
-    tau_start: float = _field(1.0, "search", "Gumbel-softmax temperature at step 0.")
-    tau_end: float = _field(0.1, "search", "Temperature at the end of the annealing.")
-    tau_schedule: str = _field("exponential", "search", "Temperature annealing.", TAU_SCHEDULES)
-    tau_anneal_steps: int = _field(0, "search", "Annealing length in steps (0: the whole run "
-                                   "as planned at its first start).")
-    arch_warmup_steps: int = _field(0, "search", "Steps before the architecture logits train "
-                                    "(at most 20% of the run's planned steps are used).")
-    # 1e-2, weight decay 5e-4 (PyTorch Adam semantics) as PAR and FBNet use; beta_1 0.5
-    # as DARTS sets for architecture parameters.
-    arch_learning_rate: float = _field(1e-2, "search",
-                                       "Adam learning rate of the architecture logits.")
-    arch_weight_decay: float = _field(5e-4, "search",
-                                      "L2 weight decay of the architecture logits.")
-    arch_beta_1: float = _field(0.5, "search", "Adam beta_1 of the architecture optimizer.")
-    arch_beta_2: float = _field(0.999, "search", "Adam beta_2 of the architecture optimizer.")
-    search_cost_coef: float = _field(
-        0.0, "search", "Weight of the expected FLOPs of the network (sum over blocks of sum_k "
-        "p_k cost_k, relative to Transformer-XL) in the architecture loss: higher trades "
-        "perplexity for speed (0: off).")
-    search_cost_target: float = _field(
-        0.0, "search", "Penalise only the expected cost above this fraction of "
-        "Transformer-XL's FLOPs (0: penalise all of it).")
+    # The plug-ins' sections (training/plugins: CONFIG_SECTIONS): each field of a
+    # section is a flag of its own, e.g. --tau_start of the PAR search's.
+    search: Any = dataclasses.field(default_factory=SearchConfig, metadata={
+        "help": "The PAR search's settings (training/plugins/par_search/config.py).",
+        "group": "search", "flag": False, "section": True})
     # Optimisation of the weights.
     optimizer: str = _field(
         "adam", "optimisation", "Weights optimizer (training/optimizers.py): " + " ".join(
@@ -217,6 +204,17 @@ class TrainConfig(ConfigBase):
         if not isinstance(self.model, family.config_class):
             raise ConfigError(f"model must be a {family.config_class.__name__} for "
                               f"--model_family={family.name}, got {type(self.model).__name__}")
+        for name, section in plugins.config_sections().items():
+            value = getattr(self, name)
+            if isinstance(value, dict):
+                try:
+                    value = section.from_dict(value)
+                except (ValueError, TypeError) as error:
+                    raise ConfigError(str(error)) from None
+                object.__setattr__(self, name, value)
+            if not isinstance(value, section):
+                raise ConfigError(f"{name} must be a {section.__name__} or its dict, got "
+                                  f"{type(value).__name__}")
         super().__post_init__()
 
     @classmethod
@@ -240,19 +238,14 @@ class TrainConfig(ConfigBase):
                 f"use one of {_divisors(self.batch_size)}")
         require(self.eval_mem_len >= 0, "eval_mem_len",
                 "must be >= 0 (0 evaluates without memory)")
-        require(self.tau_start > 0, "tau_start", "must be > 0")
-        require(self.tau_end > 0, "tau_end", "must be > 0")
-        for flag in ("tau_anneal_steps", "arch_warmup_steps", "warmup_steps", "decay_steps",
+        for flag in ("warmup_steps", "decay_steps",
                      "max_steps", "eval_interval", "eval_max_records", "sample_tokens",
                      "checkpoint_interval", "num_cpu_replicas"):
             require(getattr(self, flag) >= 0, flag, "must be >= 0")
-        for flag in ("arch_learning_rate", "learning_rate"):
-            require(getattr(self, flag) > 0, flag, "must be > 0")
-        for flag in ("arch_weight_decay", "weight_decay", "clip_norm", "min_lr"):
+        require(self.learning_rate > 0, "learning_rate", "must be > 0")
+        for flag in ("weight_decay", "clip_norm", "min_lr"):
             require(getattr(self, flag) >= 0, flag, "must be >= 0")
-        for flag in ("search_cost_coef", "search_cost_target"):
-            require(getattr(self, flag) >= 0, flag, "must be >= 0")
-        for flag in ("arch_beta_1", "arch_beta_2", "beta_1", "beta_2"):
+        for flag in ("beta_1", "beta_2"):
             require(0 <= getattr(self, flag) < 1, flag, "must be in [0, 1)")
         require(self.epsilon > 0, "epsilon", "must be > 0")
         require(self.min_lr <= self.learning_rate, "min_lr",
@@ -273,16 +266,27 @@ class TrainConfig(ConfigBase):
                     f"must be >= --warmup_steps={self.warmup_steps} (or 0 for the whole run)")
 
     @classmethod
+    def section_fields(cls):
+        """name -> section class of the plug-ins' config sections (fields of TrainConfig)."""
+        return plugins.config_sections()
+
+    @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "TrainConfig":
-        """Inverse of `to_dict` (the model config nested under "model"); unknown keys
-        raise a ConfigError listing them."""
+        """Inverse of `to_dict` (the model config nested under "model", the plug-ins'
+        sections under their names); unknown keys raise a ConfigError listing them.
+
+        Older config.json files had the search fields at the top level: they are
+        moved into the "search" section (`par_search.config.migrate_flat`).
+        """
+        values = search_config.migrate_flat(dict(values))
         cls.check_known(values)
         values = dict(values)
         # Runs written when one kept checkpoint was allowed keep the minimum now.
         if values.get("keep_checkpoints", MIN_KEEP_CHECKPOINTS) < MIN_KEEP_CHECKPOINTS:
             values["keep_checkpoints"] = MIN_KEEP_CHECKPOINTS
         family = families.get_family(values.get("model_family", families.DEFAULT_FAMILY))
-        values["model"] = family.config_from_dict(values["model"])
+        if isinstance(values["model"], dict):
+            values["model"] = family.config_from_dict(values["model"])
         return cls(**values)
 
     def save(self, model_dir=None):
@@ -405,7 +409,7 @@ def check_replicas(config, meta, num_replicas):
 
 
 def incompatible_fields(old, new):
-    """Fields (dotted for the model) that differ and forbid resuming.
+    """Fields (dotted for the model and the sections) that differ and forbid resuming.
 
     Args:
         old, new: TrainConfig.
@@ -418,9 +422,12 @@ def incompatible_fields(old, new):
     del old_d["model_dir"], new_d["model_dir"]
     old_d["data_dir"] = os.path.realpath(old_d["data_dir"])
     new_d["data_dir"] = os.path.realpath(new_d["data_dir"])
-    diff = [k for k in new_d if k != "model" and k not in RESUMABLE_FIELDS
+    nested = ("model", *plugins.config_sections())
+    diff = [k for k in new_d if k not in nested and k not in RESUMABLE_FIELDS
             and old_d.get(k) != new_d[k]]
-    diff += [f"model.{k}" for k in new_d["model"] if old_d["model"].get(k) != new_d["model"][k]]
+    for name in nested:
+        diff += [f"{name}.{k}" for k in new_d[name] if f"{name}.{k}" not in RESUMABLE_FIELDS
+                 and old_d[name].get(k) != new_d[name][k]]
     return sorted(diff)
 
 
@@ -488,6 +495,7 @@ def check_resume(config, overwrite=False):
 
 
 def _field(config, dotted):
-    if dotted.startswith("model."):
-        return getattr(config.model, dotted[len("model."):])
+    if "." in dotted:
+        section, name = dotted.split(".", 1)
+        return getattr(getattr(config, section), name)
     return getattr(config, dotted)

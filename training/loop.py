@@ -179,7 +179,9 @@ def train(config, callbacks=None, *, strategy=None, overwrite=False):
     config.logdir (default logs/<run>), metrics.json with valid and test
     metrics of the last and the best checkpoints, and what the plug-ins add
     (training/plugins: for a PAR supernet the derived architecture,
-    architecture.json/.txt and the probability plots).
+    architecture.json/.txt and the probability plots). A plug-in may then
+    name a run to train next in the same call (`Plugin.follow_up`: the PAR
+    search's --then_retrain), whose results it adds to this run's.
 
     Args:
         config: TrainConfig.
@@ -204,6 +206,20 @@ def train(config, callbacks=None, *, strategy=None, overwrite=False):
     check_model_dir(config)
     if strategy is None:
         strategy = strategy_lib.make_strategy(config.strategy, config.num_cpu_replicas, config.tpu)
+    results, plugins = _train_one(config, callbacks, strategy, overwrite)
+    for plugin in plugins:
+        follow = plugin.follow_up(config, results)
+        if follow is None:
+            continue
+        logging.info("training %s next in the same command (%s)", follow.model_dir,
+                     type(plugin).__name__)
+        followed = train(follow, callbacks, strategy=strategy, overwrite=overwrite)
+        results = plugin.after_follow_up(results, followed)
+    return results
+
+
+def _train_one(config, callbacks, strategy, overwrite):
+    """`train` of one run: (metrics.json content, the run's plug-ins)."""
     if config.deterministic:
         tf.config.experimental.enable_op_determinism()
     with interrupt.StopRequests() as stop:
@@ -232,7 +248,8 @@ def train(config, callbacks=None, *, strategy=None, overwrite=False):
             horizon = checkpoint_lib.saved_horizon(resume_from) if resume_from else None
             try:
                 trainer = Trainer(config, meta, strategy, tokenizer, horizon=horizon)
-                return _Run(trainer, logdir, chief, callbacks, resume_from, stop).run()
+                return (_Run(trainer, logdir, chief, callbacks, resume_from, stop).run(),
+                        trainer.plugins)
             finally:
                 keras.mixed_precision.set_global_policy(policy)
 
@@ -370,7 +387,8 @@ class _Run:
         # The ETA counts everything after the first step (evaluations and saves
         # included), so it is the wall time still to wait.
         self._clock = None
-        while self.step < trainer.total_steps:
+        stop = any(plugin.should_stop() for plugin in trainer.plugins)
+        while self.step < trainer.total_steps and not stop:
             self._check_stop()
             start = time.perf_counter()
             if first_step:
@@ -392,6 +410,9 @@ class _Run:
             else:
                 self._on_nonfinite(out)
             self.step += 1
+            for plugin in trainer.plugins:
+                for event in plugin.after_step(self.step):
+                    self._log_event(event)
             position += 1
             if position == records:  # a new epoch starts from fresh memories
                 state.epoch.assign_add(1)
@@ -410,7 +431,10 @@ class _Run:
                                 tokens_per_step * timed_steps / max(busy, 1e-9))
                 self._interval_nll, self._interval_steps, self._skipped = 0.0, 0, 0
                 timed_steps, busy = 0, 0.0
-            last = self.step == trainer.total_steps
+            stop = any(plugin.should_stop() for plugin in trainer.plugins)
+            if stop:
+                logging.info("step %d: a plug-in ends the run here", self.step)
+            last = self.step == trainer.total_steps or stop
             if last or (config.eval_interval and self.step % config.eval_interval == 0):
                 self._evaluate_valid()
                 evaluated_at = self.step
@@ -566,6 +590,13 @@ class _Run:
             self.summaries.flush()
         for callback in self.callbacks:
             callback.on_train_log(step, values)
+
+    def _log_event(self, event):
+        """A plug-in's event (e.g. a block frozen): a training_log.log line and scalars."""
+        self.log.write({"step": self.step, **event})
+        if self.chief:
+            self.summaries.scalars("train", self.step, event)
+            self.summaries.flush()
 
     # ------------------------------------------------------------ evaluation
 

@@ -2,8 +2,8 @@
 
 One `tf.summary` file writer per split under `<logdir>/{train,valid,test}`, so
 TensorBoard shows the splits as runs. Scalar tags are `{split}/{name}`; the
-architecture of the PAR supernet (per-block probabilities of attention, dense
-and identity) and the adaptive spans go to the train writer under `arch/` and
+architecture of the PAR supernet (per-block probabilities of its candidates,
+the block types of model/transformer_xl/blocks.py) and the adaptive spans go to the train writer under `arch/` and
 `spans/`. All methods are host-side: call them from the Python loop with
 numbers, NumPy arrays or eager tensors, not inside a `tf.function`.
 """
@@ -14,6 +14,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from model.transformer_xl import blocks
 from training import run_dir
 
 SPLITS = ("train", "valid", "test")
@@ -33,7 +34,6 @@ def _write_errors(method):
                                      run_dir.reason(error)) from None
 
     return wrapper
-CHOICES = ("attention", "dense", "identity")
 
 # Pixels per cell of the block-by-choice heat map: TensorBoard shows images at
 # their native size, and a 6x3 image would be unreadable.
@@ -51,15 +51,15 @@ def _heat_colors(probs):
 def arch_image(probs, cell=_CELL):
     """Block-by-choice heat map of architecture probabilities.
 
-    Rows are blocks (block 0 at the top), columns attention, dense, identity;
-    one-pixel grey lines separate the cells.
+    Rows are blocks (block 0 at the top), columns the candidates (attention,
+    dense, identity); one-pixel grey lines separate the cells.
 
     Args:
-        probs: [num_blocks, 3] probabilities.
+        probs: [num_blocks, C] probabilities.
         cell: pixels per cell side.
 
     Returns:
-        uint8 array [num_blocks * cell, 3 * cell, 3].
+        uint8 array [num_blocks * cell, C * cell, 3].
     """
     probs = _check_probs(probs)
     image = np.repeat(np.repeat(_heat_colors(probs), cell, axis=0), cell, axis=1)
@@ -70,9 +70,10 @@ def arch_image(probs, cell=_CELL):
 
 def _check_probs(probs):
     probs = np.asarray(probs, dtype=np.float64)
-    if probs.ndim != 2 or probs.shape[1] != len(CHOICES) or probs.shape[0] == 0:
+    num = len(blocks.specs())
+    if probs.ndim != 2 or probs.shape[1] != num or probs.shape[0] == 0:
         raise ValueError(
-            f"architecture probabilities must have shape [num_blocks, 3], got {probs.shape}"
+            f"architecture probabilities must have shape [num_blocks, {num}], got {probs.shape}"
         )
     if not np.all(np.isfinite(probs)):
         raise ValueError("architecture probabilities contain NaN or inf")
@@ -128,19 +129,20 @@ class TrainSummaries:
 
         Args:
             step: global step.
-            probs: [num_blocks, 3] probabilities of (attention, dense, identity).
+            probs: [num_blocks, C] probabilities of the registered block types.
         """
         probs = _check_probs(probs)
+        names = blocks.names()
         with self.writer("train").as_default(step=int(step)):
             for block, row in enumerate(probs):
-                for choice, p in zip(CHOICES, row):
+                for choice, p in zip(names, row):
                     tf.summary.scalar(f"arch/block_{block:02d}/{choice}", float(p))
             tf.summary.image(
                 "arch/probabilities",
                 arch_image(probs)[None],
                 description=(
                     "Rows: blocks 0 (input side) to "
-                    f"{len(probs) - 1}; columns: {', '.join(CHOICES)}; darker is more probable."
+                    f"{len(probs) - 1}; columns: {', '.join(names)}; darker is more probable."
                 ),
             )
 

@@ -136,12 +136,31 @@ class Trainer:
         with strategy.scope():
             self.groups = self._make_groups()
         self._check_groups()
+        extras = {}
+        for plugin in self.plugins:
+            extras.update(plugin.checkpoint_objects())
         self.checkpointer = checkpoint_lib.Checkpointer(
             config.model_dir, self.model, {f"{g.name}_optimizer": g.optimizer
                                            for g in self.groups},
-            self.state, config.keep_checkpoints, strategy)
+            self.state, config.keep_checkpoints, strategy, extras=extras)
         self.model_state = None
         self.reset_state()
+        self.traces = 0  # how often the compiled functions were (re)made
+        self._trace_key = None
+        self._compile()
+
+    def _compile(self):
+        """(Re)creates the compiled functions for the plug-ins' current trace keys.
+
+        A plug-in whose trace key changes (the PAR search freezing a block)
+        changes what the functions compute and which variables train; they
+        are made again, so each is traced once more (at most once per freeze).
+        """
+        config, strategy = self.config, self.strategy
+        self._trace_key = self._current_trace_key()
+        inactive = {id(v) for plugin in self.plugins for v in plugin.inactive_variables()}
+        # Per group the variables that train now (gradients computed, updates applied).
+        self._active = [[v for v in g.variables if id(v) not in inactive] for g in self.groups]
         self._forward_backward = tf.function(self._replica_forward_backward,
                                              jit_compile=config.xla or None)
         # --xla on one device: the whole step (forward, backward, clipping,
@@ -156,6 +175,15 @@ class Trainer:
         self._generate_fn = tf.function(self._generate_one, input_signature=[
             tf.TensorSpec([1, None], tf.int32), self.model.state_signature(),
             tf.TensorSpec([2], tf.int64)])
+        self.traces += 1
+
+    def _current_trace_key(self):
+        return tuple(plugin.trace_key() for plugin in self.plugins)
+
+    def _check_compiled(self):
+        """Makes the compiled functions again if a plug-in's trace key changed."""
+        if self._current_trace_key() != self._trace_key:
+            self._compile()
 
     # ------------------------------------------------------------ construction
 
@@ -207,7 +235,8 @@ class Trainer:
 
     @property
     def _variables(self):
-        return [v for g in self.groups for v in g.variables]
+        """The variables that train now, group after group (see `_compile`)."""
+        return [v for active in self._active for v in active]
 
     # ------------------------------------------------------------------- state
 
@@ -339,9 +368,9 @@ class Trainer:
             scale = tf.cast(self._loss_scale.dynamic_scale, tf.float32)
             grads = [g / scale for g in grads]
         by_group, norms, offset = [], {}, 0
-        for group in self.groups:
-            group_grads = grads[offset:offset + len(group.variables)]
-            offset += len(group.variables)
+        for group, active in zip(self.groups, self._active):
+            group_grads = grads[offset:offset + len(active)]
+            offset += len(active)
             norm = tf.linalg.global_norm(group_grads) if group_grads else tf.constant(0.0)
             if group.clip_norm > 0:
                 group_grads, _ = tf.clip_by_global_norm(group_grads, group.clip_norm,
@@ -349,7 +378,7 @@ class Trainer:
             if group.l2 > 0:
                 decayed = {id(v) for v in group.l2_variables}
                 group_grads = [g + group.l2 * tf.convert_to_tensor(v) if id(v) in decayed else g
-                               for g, v in zip(group_grads, group.variables)]
+                               for g, v in zip(group_grads, active)]
             by_group.append(group_grads)
             norms[group.name] = norm
         if self._loss_scale:  # the loss-scale optimizer divides by the scale again
@@ -372,10 +401,9 @@ class Trainer:
         # The conds live in the cross-replica context: Keras optimizers
         # merge_call, which a cond in a replica context cannot hold. A tensor
         # condition (not a Python one) keeps one traced graph for the whole run.
-        def apply(group, grads):
+        def apply(group, grads, active):
             def fn():
-                self.strategy.run(lambda g: group.optimizer.apply(g, group.variables),
-                                  args=(grads,))
+                self.strategy.run(lambda g: group.optimizer.apply(g, active), args=(grads,))
                 return tf.constant(True)
             return fn
 
@@ -383,7 +411,9 @@ class Trainer:
             return tf.constant(False)
 
         finite = out["loss_finite"] & out["grads_finite"]
-        for index, (group, grads) in enumerate(zip(self.groups, by_group)):
+        for index, (group, grads, active) in enumerate(zip(self.groups, by_group, self._active)):
+            if not active:  # e.g. the architecture logits once every block is frozen
+                continue
             condition = finite
             if index == 0 and self._loss_scale is not None:
                 # The loss-scale optimizer also sees overflowing gradients: it
@@ -391,7 +421,7 @@ class Trainer:
                 condition = tf.constant(True)
             if group.start_step > 0:
                 condition &= step >= group.start_step
-            tf.cond(condition, apply(group, grads), skip)
+            tf.cond(condition, apply(group, grads, active), skip)
         out["lr"] = lr
         for plugin in self.plugins:
             out.update(plugin.step_values(step))
@@ -412,6 +442,7 @@ class Trainer:
             gradient norm keys such as "grad_norm", "arch_grad_norm"), empty
             when `finite`. A non-finite step applied no update.
         """
+        self._check_compiled()
         inputs, targets = strategy_lib.distribute_rows(self.strategy, (inputs, targets))
         out, self.model_state = self._step_fn(inputs, targets, self.model_state)
         out = {k: v.numpy() for k, v in out.items()}
@@ -473,6 +504,7 @@ class Trainer:
             metrics.lm_metrics dict plus tokens and records; None when
             abandoned.
         """
+        self._check_compiled()
         info = self.meta["splits"][split]
         dataset = data_utils.make_dataset(self.config.data_dir, split, meta=self.meta)
         if max_records:
@@ -527,6 +559,7 @@ class Trainer:
         if self.tokenizer is None or num_tokens <= 0 or isinstance(
                 self.strategy, tf.distribute.TPUStrategy):  # runs outside strategy.run
             return ""
+        self._check_compiled()
         dataset = data_utils.make_dataset(self.config.data_dir, "valid", meta=self.meta)
         prompt = next(iter(dataset))[0][:1]  # [1, T]
         model_state = self.model.initial_state(1, self._sample_mem_len)

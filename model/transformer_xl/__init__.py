@@ -11,13 +11,10 @@ Papers: Dai et al. 2019 (arXiv 1901.02860), Mandava et al. 2020 (PAR,
 arXiv 2009.04534). Importing this package does not load TensorFlow.
 """
 
-import dataclasses
-
-
 def build(config, dtype=None):
     """Builds the Transformer-XL / PAR model described by `config`, weights created.
 
-    The only place that unpacks a `ModelConfig` into layer arguments.
+    The model and its layers read the `ModelConfig` itself.
 
     Args:
         config: ModelConfig.
@@ -36,6 +33,6 @@ def build(config, dtype=None):
     # Imported here so that importing the presets does not load TensorFlow.
     from model.transformer_xl.model import TransformerXLLM
 
-    model = TransformerXLLM(**dataclasses.asdict(config), dtype=dtype)
+    model = TransformerXLLM(config, dtype=dtype)
     model.build((None, None))  # [B, T]
     return model

@@ -11,16 +11,17 @@ Architectures (PAR, Mandava et al. 2020, arXiv 2009.04534):
                        dense (feed-forward) and identity.
     "transformer_xl":  the standard Transformer-XL, "af" repeated
                        num_blocks // 2 times (num_blocks must be even).
-    "aafiaf...":       a fixed string of length num_blocks over
-                       a (attention), f (feed-forward), i (identity).
+    "aafiaf...":       a fixed string of length num_blocks over the block
+                       letters of model/transformer_xl/blocks.py: a
+                       (attention), f (feed-forward), i (identity).
 """
 
 import dataclasses
 
 from model.config_base import ConfigBase, check_softmax_fields
 from model.config_base import field as _field
+from model.transformer_xl import blocks
 
-ARCHITECTURE_LETTERS = "afi"  # order of the stochastic block's candidates
 SUPERNET = "supernet"
 TRANSFORMER_XL = "transformer_xl"
 ATTENTIONS = ("relative", "adaptive_span")
@@ -171,11 +172,11 @@ class ModelConfig(ConfigBase):
         if arch == TRANSFORMER_XL:
             transformer_xl_architecture(self.num_blocks)  # raises on odd num_blocks
         elif arch != SUPERNET:
-            bad = sorted(set(arch) - set(ARCHITECTURE_LETTERS))
+            bad = sorted(set(arch) - set(blocks.letters()))
             if bad or not arch:
                 raise ValueError(
                     f"architecture={arch!r} has letters {bad}: use 'supernet', 'transformer_xl' "
-                    "or a string over a (attention), f (feed-forward), i (identity)"
+                    f"or a string over {blocks.describe()}"
                 )
             if len(arch) != self.num_blocks:
                 raise ValueError(

@@ -143,45 +143,52 @@ def forward_flops_per_token(
         config: ModelConfig.
         architecture: "supernet", "transformer_xl" or an a/f/i string of
             length num_blocks; None uses config.architecture. "supernet"
-            counts a soft search step: every block computes attention and
-            dense (identity is free).
+            counts a soft search step: every block computes every
+            candidate (identity is free).
         seq_len: int, segment length T (required: it is not a model field).
         mem_len: int, memory length M; None uses config.mem_len.
         batch_size: int or None, see `attention_flops_per_token`.
         cluster_mass: probability mass per tail cluster (optionally head
             first), e.g. from optimal_cuts; see `head_flops_per_token`.
         spans: for adaptive span, the largest span in tokens of each
-            attention layer (in block order), trimming its memory.
+            attention layer (memory-carrying block, in block order),
+            trimming its memory.
 
     Returns:
-        dict of floats: "embedding", "attention" (all attention blocks),
-        "dense" (all dense blocks), "blocks" (attention + dense), "head",
-        "total", and "num_attention", "num_dense" (block counts).
+        dict of floats: "embedding", one entry per registered block type
+        (model/transformer_xl/blocks.py) by name with the FLOPs of all its
+        blocks ("attention", "dense", "identity"), "blocks" (their sum),
+        "head", "total", and "num_<name>" (block counts, "num_attention",
+        "num_dense", ...).
     """
+    from model.transformer_xl import blocks
+
     arch = _architecture(config, architecture)
     if seq_len is None or seq_len < 1:
         raise ValueError(f"seq_len must be a segment length >= 1 (e.g. the data's seq_len), got {seq_len}")
     mem_len = config.mem_len if mem_len is None else mem_len
     if mem_len < 0:
         raise ValueError(f"mem_len must be >= 0, got {mem_len}")
-    letters = ["af"] * config.num_blocks if arch == SUPERNET else list(arch)
-    num_attention = sum("a" in b for b in letters)
-    num_dense = sum("f" in b for b in letters)
-    spans = list(spans) if spans is not None else [None] * num_attention
-    if len(spans) != num_attention:
-        raise ValueError(f"spans has {len(spans)} entries for {num_attention} attention blocks")
-    attention = sum(
-        attention_flops_per_token(config, seq_len, mem_len, batch_size, span)["total"] for span in spans
-    )
-    dense = num_dense * dense_flops_per_token(config)
+    every = blocks.letters()
+    letters = [every] * config.num_blocks if arch == SUPERNET else list(arch)
+    counts = {spec.name: sum(spec.letter in b for b in letters) for spec in blocks.specs()}
+    num_memory = sum(counts[spec.name] for spec in blocks.specs() if spec.carries_memory)
+    spans = list(spans) if spans is not None else [None] * num_memory
+    if len(spans) != num_memory:
+        raise ValueError(f"spans has {len(spans)} entries for {num_memory} attention blocks")
+    spans = iter(spans)
+    per_type = {spec.name: 0.0 for spec in blocks.specs()}
+    for block in letters:
+        for letter in block:
+            spec = blocks.get(letter)
+            span = next(spans) if spec.carries_memory else None
+            per_type[spec.name] += spec.flops_per_token(config, seq_len, mem_len, batch_size, span)
     out = {
         "embedding": embedding_flops_per_token(config, cluster_mass),
-        "attention": attention,
-        "dense": dense,
-        "blocks": attention + dense,
+        **per_type,
+        "blocks": sum(per_type.values()),
         "head": head_flops_per_token(config, cluster_mass),
-        "num_attention": num_attention,
-        "num_dense": num_dense,
+        **{f"num_{name}": count for name, count in counts.items()},
     }
     out["total"] = out["embedding"] + out["blocks"] + out["head"]
     return out
@@ -205,6 +212,22 @@ def relative_to_transformer_xl(config, architecture, seq_len, mem_len=None, **kw
     return {"blocks": ours["blocks"] / base["blocks"], "total": ours["total"] / base["total"]}
 
 
+def attention_param_count(config):
+    """Parameters of one attention block: q, k, v, W_R, o, layer norm, u, v, spans."""
+    d, nh = config.d_model, config.num_heads * config.head_size
+    params = 5 * d * nh + 2 * d
+    if config.untie_rel_bias:
+        params += 2 * nh
+    if config.attention == "adaptive_span":
+        params += config.num_heads  # one span fraction per head
+    return params
+
+
+def dense_param_count(config):
+    """Parameters of one dense block: two kernels, two biases, layer norm."""
+    return 2 * config.d_model * config.d_ffn + config.d_ffn + 3 * config.d_model
+
+
 def param_count(config, architecture=None):
     """Number of parameters of the model built from `config`.
 
@@ -212,28 +235,27 @@ def param_count(config, architecture=None):
         config: ModelConfig.
         architecture: as in `forward_flops_per_token`; None uses
             config.architecture ("supernet" includes every candidate and the
-            3 architecture logits per block).
+            architecture logits, one per candidate, of every block).
 
     Returns:
         int, equal to `build_model(config).count_params()` for that
         architecture.
     """
+    from model.transformer_xl import blocks
+
     arch = _architecture(config, architecture)
-    d, v, nh = config.d_model, config.vocab_size, config.num_heads * config.head_size
+    d, v = config.d_model, config.vocab_size
     layer_norm = 2 * d
-    rel_bias = 2 * nh  # u, v: per attention layer, or one pair for the model
-    attention = 5 * d * nh + layer_norm  # q, k, v, W_R, o
-    if config.untie_rel_bias:
-        attention += rel_bias
-    if config.attention == "adaptive_span":
-        attention += config.num_heads  # one span fraction per head
-    dense = 2 * d * config.d_ffn + config.d_ffn + d + layer_norm
-    if arch == SUPERNET:
-        blocks = config.num_blocks * (attention + dense + 3)
+    rel_bias = 2 * config.num_heads * config.head_size  # one shared pair u, v for the model
+    if arch == SUPERNET:  # every candidate and the architecture logits per block
+        specs = blocks.specs()
+        block_params = config.num_blocks * (sum(s.param_count(config) for s in specs) + len(specs))
+        attends = any(s.carries_memory for s in specs)
     else:
-        blocks = arch.count("a") * attention + arch.count("f") * dense
-    if not config.untie_rel_bias and (arch == SUPERNET or "a" in arch):
-        blocks += rel_bias
+        block_params = sum(blocks.get(letter).param_count(config) for letter in arch)
+        attends = any(blocks.get(letter).carries_memory for letter in arch)
+    if not config.untie_rel_bias and attends:
+        block_params += rel_bias
 
     head_tokens, tails = _clusters(config)
     if config.cutoffs:
@@ -248,4 +270,4 @@ def param_count(config, architecture=None):
     else:
         embedding = v * d
     final = layer_norm if config.final_norm else 0
-    return int(embedding + blocks + final + head)
+    return int(embedding + block_params + final + head)

@@ -25,19 +25,22 @@ Memory is explicit: `hidden, new_mems = model(inputs, mems)`, with
 `new_mems[i] = stop_gradient(concat(mems[i], block_input)[:, -mem_len:])`.
 """
 
+import dataclasses
 import math
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from model.layers.adaptive_softmax import AdaptiveEmbedding, AdaptiveSoftmax
-from model.transformer_xl.config import ARCHITECTURE_LETTERS, SUPERNET, ModelConfig
-from model.layers.dropout import FastDropout
-from model.layers.feed_forward import PositionwiseFeedForward
 from model.interface import is_decayed_by_role
+from model.layers.adaptive_softmax import AdaptiveEmbedding, AdaptiveSoftmax
+from model.layers.dropout import FastDropout
 from model.layers.layer_norm import LayerNorm
-from model.transformer_xl.stochastic_block import StochasticBlock, make_attention
+from model.transformer_xl import blocks
+from model.transformer_xl.config import SUPERNET, ModelConfig
+from model.transformer_xl.stochastic_block import StochasticBlock
+
+_CONFIG_FIELDS = frozenset(f.name for f in dataclasses.fields(ModelConfig))
 
 
 def update_memory(mem, block_input, mem_len):
@@ -63,103 +66,47 @@ class TransformerXLLM(keras.Model):
 
     Implements the language-model interface of `model/interface.py`: the
     state is the list of `num_mems` memories [B, M, D], one per
-    attention-carrying block.
+    attention-carrying block (every block of a supernet).
 
-    The constructor takes the fields of `ModelConfig` as explicit arguments
-    (and validates them with it), so `get_config` / `from_config` round-trip;
-    `model.families.build_model(config)` is the usual way to make one.
+    The constructor takes one `ModelConfig` (validated), so `get_config` /
+    `from_config` round-trip it; `model.families.build_model(config)` is the
+    usual way to make one. The config's fields are also readable as
+    attributes (`model.d_model`, ...). For `.keras` files written before the
+    config was one argument, the constructor also accepts the config's
+    fields as keyword arguments.
 
     Training code should add `span_losses` (computed from the span variables)
     to the loss and not also `model.losses`, which holds the same terms when
     training (counting both would double the span penalty).
 
     Args:
-        See `model.transformer_xl.config.ModelConfig` for every argument.
-        **kwargs: base `keras.Model` arguments (name, dtype, trainable).
+        config: `ModelConfig` (or its dict); None: the fields are given as
+            keyword arguments instead (the old form).
+        frozen: for a supernet, one entry per block: the index of the
+            candidate the block is frozen to, or -1 / None while it searches
+            (see `freeze_block`); None: no block frozen.
+        **kwargs: the ModelConfig fields (only without `config`), then base
+            `keras.Model` arguments (name, dtype, trainable).
     """
 
     family = "transformer_xl"
 
-    def __init__(
-        self,
-        vocab_size,
-        d_model=128,
-        num_heads=4,
-        d_head=None,
-        d_ffn=512,
-        num_blocks=6,
-        architecture=SUPERNET,
-        attention="relative",
-        mem_len=16,
-        clamp_len=-1,
-        dropout=0.1,
-        attn_dropout=0.0,
-        pre_norm=False,
-        final_norm=False,
-        untie_rel_bias=True,
-        same_length=False,
-        cutoffs=(),
-        proj_factor=4.0,
-        proj_dims=(),
-        adaptive_input=False,
-        tie_weights=False,
-        span_max=1024,
-        span_ramp=32,
-        span_init=0.0,
-        span_loss_coef=2e-6,
-        search_mode="soft",
-        hard_gradient="all",
-        hard_rows=0.25,
-        eval_mode="argmax",
-        seed=0,
-        **kwargs,
-    ):
+    def __init__(self, config=None, frozen=None, **kwargs):
+        fields = {k: kwargs.pop(k) for k in list(kwargs) if k in _CONFIG_FIELDS}
+        if config is None:
+            config = ModelConfig.from_dict(fields)  # one validation for every entry point
+        elif fields:
+            raise TypeError(f"give the model either a config or its fields, not both "
+                            f"(got config and {sorted(fields)})")
+        elif isinstance(config, dict):
+            config = ModelConfig.from_dict(config)
+        elif not isinstance(config, ModelConfig):
+            raise TypeError(f"config must be a ModelConfig or its dict, got {type(config).__name__}")
         super().__init__(**kwargs)
-        # One validation for every entry point (builder, from_config, direct).
-        config = ModelConfig(
-            vocab_size=vocab_size, d_model=d_model, num_heads=num_heads, d_head=d_head,
-            d_ffn=d_ffn, num_blocks=num_blocks, architecture=architecture, attention=attention,
-            mem_len=mem_len, clamp_len=clamp_len, dropout=dropout, attn_dropout=attn_dropout,
-            pre_norm=pre_norm, final_norm=final_norm, untie_rel_bias=untie_rel_bias,
-            same_length=same_length,
-            cutoffs=tuple(cutoffs), proj_factor=proj_factor, proj_dims=tuple(proj_dims),
-            adaptive_input=adaptive_input, tie_weights=tie_weights, span_max=span_max,
-            span_ramp=span_ramp, span_init=span_init, span_loss_coef=span_loss_coef,
-            search_mode=search_mode, hard_gradient=hard_gradient, hard_rows=hard_rows,
-            eval_mode=eval_mode, seed=seed,
-        )  # fmt: skip
-        self.vocab_size = config.vocab_size
-        self.d_model = config.d_model
-        self.num_heads = config.num_heads
-        self.d_head = config.d_head
-        self.d_ffn = config.d_ffn
-        self.num_blocks = config.num_blocks
-        self.architecture = config.architecture
-        self.attention = config.attention
-        self.mem_len = config.mem_len
-        self.clamp_len = config.clamp_len
-        self.dropout = config.dropout
-        self.attn_dropout = config.attn_dropout
-        self.pre_norm = config.pre_norm
-        self.final_norm = config.final_norm
-        self.untie_rel_bias = config.untie_rel_bias
-        self.same_length = config.same_length
-        self.cutoffs = config.cutoffs
-        self.proj_factor = config.proj_factor
-        self.proj_dims = config.proj_dims
-        self.adaptive_input = config.adaptive_input
-        self.tie_weights = config.tie_weights
-        self.span_max = config.span_max
-        self.span_ramp = config.span_ramp
-        self.span_init = config.span_init
-        self.span_loss_coef = config.span_loss_coef
-        self.search_mode = config.search_mode
-        self.hard_gradient = config.hard_gradient
-        self.hard_rows = config.hard_rows
-        self.eval_mode = config.eval_mode
-        self.seed = config.seed
+        self.model_config = config
+        for field in _CONFIG_FIELDS:  # the fields as attributes (read-only by convention)
+            setattr(self, field, getattr(config, field))
         self._resolved = config.resolved_architecture
-        self._head_size = config.head_size
 
         policy = self.dtype_policy
         self.softmax = AdaptiveSoftmax(
@@ -191,7 +138,7 @@ class TransformerXLLM(keras.Model):
         # can attend.
         self.content_bias = self.position_bias = None
         if not self.untie_rel_bias and self.num_mems:
-            shape = (self.num_heads, self._head_size)  # [N, H]
+            shape = (self.num_heads, config.head_size)  # [N, H]
             self.content_bias = self.add_weight(
                 name="content_bias", shape=shape, initializer=keras.initializers.RandomNormal(stddev=0.02)
             )  # u
@@ -206,42 +153,34 @@ class TransformerXLLM(keras.Model):
         self.search_step = self.add_weight(
             name="search_step", shape=(), initializer="zeros", trainable=False, dtype="int64", autocast=False
         )
-
-    def _attention_args(self):
-        return dict(
-            d_model=self.d_model, num_heads=self.num_heads, d_head=self._head_size,
-            dropout=self.dropout, attn_dropout=self.attn_dropout, clamp_len=self.clamp_len,
-            pre_norm=self.pre_norm, untie_rel_bias=self.untie_rel_bias,
-            same_length=self.same_length, span_max=self.span_max,
-            span_ramp=self.span_ramp, span_init=self.span_init, span_loss_coef=self.span_loss_coef,
-        )  # fmt: skip
+        # Progressive freezing (docs/freezing.md): per supernet block the index
+        # of the candidate it is frozen to, -1 while it searches. A plain
+        # tf.Variable, not a Keras weight: `model.variables` (the checkpoints'
+        # flat list, the .keras weights) stays as before; checkpoints hold it
+        # through `checkpoint_extras`, .keras files through get_config.
+        self._frozen_variable = None
+        if self._resolved == SUPERNET:
+            self._frozen_variable = tf.Variable(
+                tf.fill([self.num_blocks], -1), trainable=False, name="frozen_blocks",
+                dtype=tf.int32)
+        if frozen is not None:
+            self.set_frozen(frozen)
 
     def _make_blocks(self):
-        """One layer per non-identity block, in block order."""
+        """One layer per block that has one (identity has none), in block order."""
         policy = self.dtype_policy
         if self._resolved == SUPERNET:
-            return [
-                StochasticBlock(
-                    d_ffn=self.d_ffn, attention=self.attention, search_mode=self.search_mode,
-                    hard_gradient=self.hard_gradient, hard_rows=self.hard_rows,
-                    eval_mode=self.eval_mode, seed=self.seed,
-                    block_index=i, dtype=policy, name=f"block_{i}", **self._attention_args(),
-                )  # fmt: skip
-                for i in range(self.num_blocks)
-            ]
-        blocks = []
+            return [StochasticBlock(self.model_config, block_index=i, dtype=policy,
+                                    name=f"block_{i}") for i in range(self.num_blocks)]
+        layers, plan = [], []
         for i, letter in enumerate(self._resolved):
-            if letter == "a":
-                name = f"block_{i}_attention"
-                blocks.append(make_attention(self.attention, name, policy, **self._attention_args()))
-            elif letter == "f":
-                blocks.append(
-                    PositionwiseFeedForward(
-                        self.d_model, self.d_ffn, dropout=self.dropout, pre_norm=self.pre_norm,
-                        dtype=policy, name=f"block_{i}_dense",
-                    )  # fmt: skip
-                )
-        return blocks
+            spec = blocks.get(letter)
+            layer = spec.make_layer(self.model_config, f"block_{i}_{spec.name}", policy)
+            plan.append((spec, None if layer is None else len(layers)))
+            if layer is not None:
+                layers.append(layer)
+        self._plan = plan  # (spec, index into self.blocks or None) per block
+        return layers
 
     def build(self, input_shape):
         hidden_shape = tuple(input_shape) + (self.d_model,)  # [B, T, D]
@@ -256,16 +195,19 @@ class TransformerXLLM(keras.Model):
     # ----------------------------------------------------------------- forward
 
     def _memory_blocks(self):
-        """(letter, layer) per block; identity blocks have layer None."""
+        """(spec, layer) per block: spec None for a supernet block, layer None for identity."""
         if self._resolved == SUPERNET:
-            return [("s", block) for block in self.blocks]
-        layers = iter(self.blocks)
-        return [(letter, None if letter == "i" else next(layers)) for letter in self._resolved]
+            return [(None, block) for block in self.blocks]
+        return [(spec, None if index is None else self.blocks[index])
+                for spec, index in self._plan]
 
     @property
     def num_mems(self):
-        """int: memories the model takes and returns (attention-carrying blocks)."""
-        return self.num_blocks if self._resolved == SUPERNET else self._resolved.count("a")
+        """int: memories the model takes and returns (memory-carrying blocks; every
+        block of a supernet)."""
+        if self._resolved == SUPERNET:
+            return self.num_blocks
+        return sum(blocks.get(letter).carries_memory for letter in self._resolved)
 
     def call(self, inputs, mems=None, training=False, mem_len=None):
         """Runs the model on one segment.
@@ -291,6 +233,7 @@ class TransformerXLLM(keras.Model):
                 f"got {len(mems)} memories but this model has {self.num_mems} attention-carrying "
                 "blocks: pass model.initial_mems(batch_size), the new_mems of the previous call, or None"
             )
+        self._sync_frozen()  # the frozen set is fixed per trace
         x = self._embed(inputs) * tf.cast(math.sqrt(self.d_model), self.compute_dtype)  # [B, T, D]
         x = self.embedding_dropout(x, training=training)
         tau = tf.convert_to_tensor(self.tau)
@@ -300,15 +243,21 @@ class TransformerXLLM(keras.Model):
             shared["rel_bias"] = (tf.convert_to_tensor(self.content_bias), tf.convert_to_tensor(self.position_bias))
         new_mems = []
         mem_iter = iter(mems)
-        for letter, layer in self._memory_blocks():
-            if letter in ("s", "a"):
+        for spec, layer in self._memory_blocks():
+            if spec is None:  # a supernet block
+                mem = next(mem_iter)
+                if layer.frozen is not None and not layer.candidates[layer.frozen].carries_memory:
+                    # Frozen to a block that reads no memory: its memory is
+                    # never read again, so it is passed on unchanged.
+                    new_mems.append(update_memory(mem, x, mem_len) if mem is None else mem)
+                else:
+                    new_mems.append(update_memory(mem, x, mem_len))
+                x = layer(x, mem, tau=tau, step=step, training=training, **shared)
+            elif spec.carries_memory:
                 mem = next(mem_iter)
                 new_mems.append(update_memory(mem, x, mem_len))
-                if letter == "s":
-                    x = layer(x, mem, tau=tau, step=step, training=training, **shared)
-                else:
-                    x = layer(x, mem, training=training, **shared)
-            elif letter == "f":
+                x = layer(x, mem, training=training, **shared)
+            elif layer is not None:
                 x = layer(x, training=training)
         if self.final_layer_norm is not None:
             x = self.final_layer_norm(x)
@@ -366,7 +315,7 @@ class TransformerXLLM(keras.Model):
         """Attention sub-layers in block order (every block's candidate in a supernet)."""
         if self._resolved == SUPERNET:
             return [block.attention_layer for block in self.blocks]
-        return [layer for letter, layer in self._memory_blocks() if letter == "a"]
+        return [layer for spec, layer in self._memory_blocks() if spec is blocks.ATTENTION]
 
     @property
     def arch_variables(self):
@@ -404,9 +353,13 @@ class TransformerXLLM(keras.Model):
 
     @property
     def span_losses(self):
-        """list of scalar span losses lambda * mean_h(z_h), one per adaptive-span layer."""
+        """list of scalar span losses lambda * mean_h(z_h), one per adaptive-span layer
+        that still trains (not a candidate its block is frozen away from)."""
         if self.attention != "adaptive_span":
             return []
+        if self._resolved == SUPERNET:
+            return [layer.span_loss() for block in self.blocks
+                    for layer in block._span_loss_layers()]
         return [layer.span_loss() for layer in self.attention_layers]
 
     @property
@@ -421,51 +374,81 @@ class TransformerXLLM(keras.Model):
         """float32 [num_blocks, C]: softmax(alpha) per block; one-hot when fixed."""
         if self._resolved == SUPERNET:
             return tf.nn.softmax(tf.stack([tf.convert_to_tensor(v) for v in self.arch_variables]), axis=-1)
-        indices = [ARCHITECTURE_LETTERS.index(letter) for letter in self._resolved]
-        return tf.one_hot(indices, len(ARCHITECTURE_LETTERS), dtype=tf.float32)
+        letters = blocks.letters()
+        indices = [letters.index(letter) for letter in self._resolved]
+        return tf.one_hot(indices, len(letters), dtype=tf.float32)
 
     @property
     def derived_architecture(self):
-        """str: argmax candidate per block ("a", "f" or "i"); the string itself when fixed."""
+        """str: per block its frozen candidate's letter, else the argmax candidate's;
+        the string itself when fixed."""
         if self._resolved != SUPERNET:
             return self._resolved
         choice = np.argmax(keras.ops.convert_to_numpy(self.arch_probabilities), axis=-1)
-        return "".join(ARCHITECTURE_LETTERS[k] for k in choice)
+        return "".join(block.candidates[k if frozen is None else frozen].letter
+                       for block, k, frozen in zip(self.blocks, choice, self.frozen_blocks))
+
+    # ----------------------------------------------------- progressive freezing
+
+    def _sync_frozen(self):
+        """Sets each block's Python-level choice from the frozen-blocks variable (which a
+        checkpoint restore may have changed); read eagerly, also while tracing."""
+        if self._frozen_variable is None:
+            return
+        with tf.init_scope():
+            values = np.asarray(self._frozen_variable.numpy()).tolist()
+        for block, value in zip(self.blocks, values):
+            block.frozen = None if value < 0 else int(value)
+
+    @property
+    def frozen_blocks(self):
+        """tuple per block: the index of the candidate it is frozen to, or None
+        (all None for a fixed architecture, which has nothing to freeze)."""
+        if self._resolved != SUPERNET:
+            return (None,) * self.num_blocks
+        self._sync_frozen()
+        return tuple(block.frozen for block in self.blocks)
+
+    def freeze_block(self, block, candidate):
+        """Freezes supernet block `block` to candidate index `candidate`.
+
+        From the next trace on, the block computes that candidate alone in
+        training and evaluation (no Gumbel mixing); a block frozen to a type
+        that reads no memory passes its memory on unchanged. Functions traced
+        before keep the searching block: retrace them (training/trainer.py
+        does when the frozen set changes).
+        """
+        if self._resolved != SUPERNET:
+            raise ValueError("only a supernet's blocks can be frozen; this model has the fixed "
+                             f"architecture {self._resolved!r}")
+        if not 0 <= int(block) < self.num_blocks:
+            raise ValueError(f"block {block} out of range [0, {self.num_blocks})")
+        self.blocks[block].freeze(candidate)  # checks the candidate index
+        values = np.asarray(self._frozen_variable.numpy())
+        values[int(block)] = int(candidate)
+        self._frozen_variable.assign(values)
+
+    def set_frozen(self, frozen):
+        """Sets the frozen set from a list (candidate index, or None / -1: searching)."""
+        frozen = [-1 if f is None else int(f) for f in frozen]
+        if len(frozen) != self.num_blocks:
+            raise ValueError(f"frozen has {len(frozen)} entries for {self.num_blocks} blocks")
+        for index, choice in enumerate(frozen):
+            if choice >= 0:
+                self.freeze_block(index, choice)
+        self._frozen_variable.assign(frozen)
+        self._sync_frozen()
+
+    def checkpoint_extras(self):
+        """Trackables saved in checkpoints beside `model.variables` (training/checkpoint.py):
+        the frozen-blocks variable of a supernet. Older checkpoints lack it (nothing frozen)."""
+        if self._frozen_variable is None:
+            return {}
+        return {"frozen_blocks": self._frozen_variable}
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "vocab_size": self.vocab_size,
-                "d_model": self.d_model,
-                "num_heads": self.num_heads,
-                "d_head": self.d_head,
-                "d_ffn": self.d_ffn,
-                "num_blocks": self.num_blocks,
-                "architecture": self.architecture,
-                "attention": self.attention,
-                "mem_len": self.mem_len,
-                "clamp_len": self.clamp_len,
-                "dropout": self.dropout,
-                "attn_dropout": self.attn_dropout,
-                "pre_norm": self.pre_norm,
-                "final_norm": self.final_norm,
-                "untie_rel_bias": self.untie_rel_bias,
-                "same_length": self.same_length,
-                "cutoffs": list(self.cutoffs),
-                "proj_factor": self.proj_factor,
-                "proj_dims": list(self.proj_dims),
-                "adaptive_input": self.adaptive_input,
-                "tie_weights": self.tie_weights,
-                "span_max": self.span_max,
-                "span_ramp": self.span_ramp,
-                "span_init": self.span_init,
-                "span_loss_coef": self.span_loss_coef,
-                "search_mode": self.search_mode,
-                "hard_gradient": self.hard_gradient,
-                "hard_rows": self.hard_rows,
-                "eval_mode": self.eval_mode,
-                "seed": self.seed,
-            }
-        )
+        config["config"] = self.model_config.to_dict()
+        if self._resolved == SUPERNET and any(f is not None for f in self.frozen_blocks):
+            config["frozen"] = [-1 if f is None else f for f in self.frozen_blocks]
         return config

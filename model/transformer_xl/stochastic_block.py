@@ -1,4 +1,4 @@
-"""PAR stochastic block: a Gumbel-softmax choice of attention, dense or identity.
+"""PAR stochastic block: a Gumbel-softmax choice among the block types.
 
 Mandava, Migacz, Fit-Florea 2020, "Pay Attention when Required"
 (arXiv 2009.04534); Gumbel-softmax from Jang et al. 2017 (arXiv 1611.01144)
@@ -9,7 +9,9 @@ Size glossary:
     T: segment length.
     M: memory length.
     D: model width (d_model).
-    C: number of candidates (3: attention, dense, identity).
+    C: number of candidates: the block types registered in
+       model/transformer_xl/blocks.py when the block is made (attention,
+       dense, identity).
 
 The block owns architecture logits `alpha` [C] and, while training, mixes its
 candidates `f_k` with `w = softmax((alpha + g) / tau)`, `g = -log(-log U)`:
@@ -31,6 +33,10 @@ candidates `f_k` with `w = softmax((alpha + g) / tau)`, `g = -log(-log U)`:
 At evaluation there is no noise: "argmax" computes only argmax(alpha)'s
 candidate, "expected" mixes all of them with softmax(alpha).
 
+A frozen block (`freeze(k)`, progressive freezing: docs/freezing.md)
+computes candidate k alone, y = f_k(x), with no noise and no mixing, in
+training and evaluation.
+
 The noise U is a stateless function of (seed, block_index, step), so a resumed
 run draws the same architectures, and all replicas of a distributed step draw
 the same one.
@@ -43,36 +49,32 @@ import keras
 import tensorflow as tf
 
 from model import xla
-from model.layers.adaptive_span import AdaptiveSpanAttention
 from model.layers.dropout import draw_seeds, fixed_seeds
-from model.layers.feed_forward import PositionwiseFeedForward
-from model.layers.relative_attention import RelativeMultiHeadAttention
+from model.transformer_xl import blocks
+from model.transformer_xl.config import ModelConfig
 
-CANDIDATES = ("attention", "dense", "identity")
-_SEARCH_MODES = ("soft", "hard")
-_HARD_GRADIENTS = ("all", "chosen")
-_EVAL_MODES = ("argmax", "expected")
-_ATTENTIONS = ("relative", "adaptive_span")
 # Keeps U inside (0, 1) so that -log(-log U) stays finite in float32.
 _UNIFORM_EPS = 1e-7
 
 
-def gumbel_noise(seed, block_index, step):
+def gumbel_noise(seed, block_index, step, num_candidates=None):
     """Reproducible Gumbel(0, 1) noise for one block and one step.
 
     Args:
         seed: int, the run's seed.
         block_index: int, position of the block in the network.
         step: scalar int tensor or int, the search step.
+        num_candidates: C; None: the registered block types.
 
     Returns:
         float32 [C] noise `-log(-log U)`, U uniform in [eps, 1 - eps].
     """
+    num = len(blocks.specs()) if num_candidates is None else int(num_candidates)
     base = tf.constant([seed, block_index], tf.int64)
     key = tf.random.experimental.stateless_fold_in(
         base, tf.cast(step, tf.int64), alg=xla.RNG_ALG)  # [2]
     # The same noise with and without XLA (model/xla.py).
-    uniform = xla.uniform_from_bits([len(CANDIDATES)], key)
+    uniform = xla.uniform_from_bits([num], key)
     uniform = tf.clip_by_value(uniform, _UNIFORM_EPS, 1.0 - _UNIFORM_EPS)
     return -tf.math.log(-tf.math.log(uniform))
 
@@ -83,160 +85,59 @@ def _mix(weights, branches, dtype):
     return tf.add_n([weights[k] * branch() for k, branch in enumerate(branches)])
 
 
-def make_attention(kind, name, dtype, **kwargs):
-    """Builds an attention sub-layer; shared with the fixed-architecture model.
-
-    Args:
-        kind: "relative" or "adaptive_span".
-        name: layer name.
-        dtype: dtype policy.
-        **kwargs: RelativeMultiHeadAttention arguments plus span_max,
-            span_ramp, span_init, span_loss_coef (dropped for "relative").
-
-    Returns:
-        A RelativeMultiHeadAttention or AdaptiveSpanAttention layer.
-    """
-    if kind == "adaptive_span":
-        return AdaptiveSpanAttention(dtype=dtype, name=name, **kwargs)
-    kwargs.pop("add_span_loss", None)
-    if kind != "relative":
-        raise ValueError(f"attention must be one of {_ATTENTIONS}, got {kind!r}")
-    for key in ("span_max", "span_ramp", "span_init", "span_loss_coef"):
-        kwargs.pop(key, None)
-    return RelativeMultiHeadAttention(dtype=dtype, name=name, **kwargs)
-
-
 @keras.saving.register_keras_serializable(package="par")
 class StochasticBlock(keras.layers.Layer):
-    """A supernet block choosing between attention, dense and identity.
+    """A supernet block choosing among the registered block types.
 
     Args:
-        d_model: int, model width D.
-        num_heads: int, attention heads N.
-        d_head: int, head size H.
-        d_ffn: int, inner width F of the dense candidate.
-        dropout: float, dropout of both sub-layers.
-        attn_dropout: float, dropout on attention weights.
-        clamp_len: int, relative distance clamp (<= 0: none).
-        pre_norm: bool, pre-norm sub-layers.
-        untie_rel_bias: bool, the attention candidate owns its relative biases
-            u, v (True) or takes the model's shared pair in `call` (False).
-        same_length: bool, the attention candidate's queries all see M + 1
-            keys (see `RelativeMultiHeadAttention`).
-        attention: "relative" or "adaptive_span".
-        span_max: int, adaptive-span maximum span S.
-        span_ramp: int, adaptive-span ramp R.
-        span_init: float, initial span fraction.
-        span_loss_coef: float, span loss coefficient lambda.
-        search_mode: "soft" or "hard" (see the module docstring).
-        hard_gradient: "all" or "chosen", hard search's architecture
-            gradient (see the module docstring).
-        hard_rows: float in (0, 1], with "all": the fraction of rows on
-            which the unchosen candidates run (see `_hard_all`).
-        eval_mode: "argmax" or "expected".
-        seed: int, seed of the Gumbel noise.
+        config: the model's `ModelConfig` (or its dict): sizes, dropout,
+            attention kind, search_mode, hard_gradient, hard_rows, eval_mode
+            and seed (see the module docstring).
         block_index: int, position of this block (decorrelates the noise).
         **kwargs: base `keras.layers.Layer` arguments (name, dtype, ...).
 
     Attributes:
-        attention_layer: the attention candidate (its span variables give the
-            span loss and spans whichever candidate is sampled).
-        dense_layer: the feed-forward candidate.
+        candidates: the BlockSpecs chosen among (model/transformer_xl/blocks.py),
+            in registry order when the block was made.
+        <name>_layer: the layer of each candidate that has one
+            (`attention_layer`, `dense_layer`); the attention candidate's span
+            variables give the span loss and spans whichever candidate is
+            sampled.
         arch_logits: float32 [C] trainable logits alpha (after build).
+        frozen: None while searching, else the index of the candidate the
+            block is frozen to (`freeze`): only that candidate runs, without
+            Gumbel mixing, in training and evaluation.
     """
 
-    def __init__(
-        self,
-        d_model,
-        num_heads,
-        d_head,
-        d_ffn,
-        dropout=0.0,
-        attn_dropout=0.0,
-        clamp_len=-1,
-        pre_norm=False,
-        untie_rel_bias=True,
-        same_length=False,
-        attention="relative",
-        span_max=1024,
-        span_ramp=32,
-        span_init=0.0,
-        span_loss_coef=2e-6,
-        search_mode="soft",
-        hard_gradient="all",
-        hard_rows=0.25,
-        eval_mode="argmax",
-        seed=0,
-        block_index=0,
-        **kwargs,
-    ):
+    def __init__(self, config, block_index=0, **kwargs):
         super().__init__(**kwargs)
-        if search_mode not in _SEARCH_MODES:
-            raise ValueError(f"search_mode must be one of {_SEARCH_MODES}, got {search_mode!r}")
-        if hard_gradient not in _HARD_GRADIENTS:
-            raise ValueError(
-                f"hard_gradient must be one of {_HARD_GRADIENTS}, got {hard_gradient!r}")
-        if not 0.0 < float(hard_rows) <= 1.0:
-            raise ValueError(f"hard_rows must be in (0, 1], got {hard_rows}")
-        if eval_mode not in _EVAL_MODES:
-            raise ValueError(f"eval_mode must be one of {_EVAL_MODES}, got {eval_mode!r}")
-        self.d_model = int(d_model)
-        self.num_heads = int(num_heads)
-        self.d_head = int(d_head)
-        self.d_ffn = int(d_ffn)
-        self.dropout = float(dropout)
-        self.attn_dropout = float(attn_dropout)
-        self.clamp_len = int(clamp_len)
-        self.pre_norm = bool(pre_norm)
-        self.untie_rel_bias = bool(untie_rel_bias)
-        self.same_length = bool(same_length)
-        self.attention = str(attention)
-        self.span_max = int(span_max)
-        self.span_ramp = int(span_ramp)
-        self.span_init = float(span_init)
-        self.span_loss_coef = float(span_loss_coef)
-        self.search_mode = str(search_mode)
-        self.hard_gradient = str(hard_gradient)
-        self.hard_rows = float(hard_rows)
-        self.eval_mode = str(eval_mode)
-        self.seed = int(seed)
+        if isinstance(config, dict):
+            config = ModelConfig.from_dict(config)
+        self.model_config = config
         self.block_index = int(block_index)
+        self.candidates = blocks.specs()
+        self.frozen = None
+        for spec in self.candidates:  # created in candidate order: variable order
+            layer = spec.make_layer(config, spec.name, self.dtype_policy, supernet=True)
+            if layer is not None:
+                setattr(self, f"{spec.name}_layer", layer)
 
-        self.attention_layer = make_attention(
-            self.attention,
-            name="attention",
-            dtype=self.dtype_policy,
-            d_model=self.d_model,
-            num_heads=self.num_heads,
-            d_head=self.d_head,
-            dropout=self.dropout,
-            attn_dropout=self.attn_dropout,
-            clamp_len=self.clamp_len,
-            pre_norm=self.pre_norm,
-            untie_rel_bias=self.untie_rel_bias,
-            same_length=self.same_length,
-            span_max=self.span_max,
-            span_ramp=self.span_ramp,
-            span_init=self.span_init,
-            span_loss_coef=self.span_loss_coef,
-            add_span_loss=False,  # added below, outside any switch_case branch
-        )
-        self.dense_layer = PositionwiseFeedForward(
-            self.d_model,
-            self.d_ffn,
-            dropout=self.dropout,
-            pre_norm=self.pre_norm,
-            dtype=self.dtype_policy,
-            name="dense",
-        )
+    @property
+    def seed(self):
+        """int: seed of the Gumbel noise (the model's)."""
+        return self.model_config.seed
+
+    def candidate_layer(self, index):
+        """The layer of candidate `index`, or None (identity)."""
+        return getattr(self, f"{self.candidates[index].name}_layer", None)
 
     def build(self, input_shape):
         # Logits, not probabilities: no constraint; zeros = uniform choice.
-        # float32 whatever the policy (autocast off): the softmax over three
+        # float32 whatever the policy (autocast off): the softmax over the
         # logits must not run in bfloat16.
         self.arch_logits = self.add_weight(
             name="arch_logits",
-            shape=(len(CANDIDATES),),
+            shape=(len(self.candidates),),
             initializer="zeros",
             trainable=True,
             autocast=False,
@@ -244,9 +145,23 @@ class StochasticBlock(keras.layers.Layer):
         )
         # Every candidate is built up front: variables cannot be created
         # inside the switch_case branches of the hard and argmax paths.
-        self.attention_layer.build(input_shape)
-        self.dense_layer.build(input_shape)
+        for index in range(len(self.candidates)):
+            layer = self.candidate_layer(index)
+            if layer is not None:
+                layer.build(input_shape)
         super().build(input_shape)
+
+    def freeze(self, index):
+        """Computes only candidate `index` from now on (None: searching again). A
+        Python-level switch: functions traced before keep their block."""
+        if index is None:
+            self.frozen = None
+            return
+        index = int(index)
+        if not 0 <= index < len(self.candidates):
+            raise ValueError(f"block {self.block_index}: candidate {index} out of range "
+                             f"[0, {len(self.candidates)})")
+        self.frozen = index
 
     def mixing_weights(self, tau, step, training):
         """Candidate weights of this block.
@@ -262,16 +177,26 @@ class StochasticBlock(keras.layers.Layer):
         logits = tf.convert_to_tensor(self.arch_logits)  # [C]
         if not training:
             return tf.nn.softmax(logits)
-        noise = gumbel_noise(self.seed, self.block_index, step)  # [C]
+        noise = gumbel_noise(self.seed, self.block_index, step, len(self.candidates))  # [C]
         return tf.nn.softmax((logits + noise) / tf.cast(tau, tf.float32))
 
     def _branches(self, x, mem, training, rel_bias):
         """One zero-argument callable per candidate, each returning [B, T, D]."""
-        return [
-            lambda: self.attention_layer(x, mem, training=training, rel_bias=rel_bias),
-            lambda: self.dense_layer(x, training=training),
-            lambda: x,
-        ]
+        def branch(index):
+            layer = self.candidate_layer(index)
+            if layer is None:
+                return lambda: x
+            if self.candidates[index].carries_memory:
+                return lambda: layer(x, mem, training=training, rel_bias=rel_bias)
+            return lambda: layer(x, training=training)
+
+        return [branch(k) for k in range(len(self.candidates))]
+
+    def _span_loss_layers(self):
+        """Candidate layers with a span loss that still trains."""
+        indices = range(len(self.candidates)) if self.frozen is None else [self.frozen]
+        layers = [self.candidate_layer(k) for k in indices]
+        return [layer for layer in layers if hasattr(layer, "span_loss")]
 
     def call(self, x, mem=None, tau=1.0, step=0, training=False, rel_bias=None):
         """Applies the (mixture of) candidate(s).
@@ -289,12 +214,16 @@ class StochasticBlock(keras.layers.Layer):
             [B, T, D] in the compute dtype.
         """
         x = tf.cast(x, self.compute_dtype)
-        if training and isinstance(self.attention_layer, AdaptiveSpanAttention):
+        if training:
             # From the span variable, whichever candidate runs (as
             # TransformerXLLM.span_losses does).
-            self.add_loss(self.attention_layer.span_loss())
+            for layer in self._span_loss_layers():
+                self.add_loss(layer.span_loss())
         branches = self._branches(x, mem, training, rel_bias)
-        mode = self.search_mode if training else self.eval_mode
+        if self.frozen is not None:  # only the chosen candidate, no mixing
+            return tf.cast(branches[self.frozen](), self.compute_dtype)
+        config = self.model_config
+        mode = config.search_mode if training else config.eval_mode
         weights = self.mixing_weights(tau, step, training)  # [C] float32
         if mode in ("soft", "expected"):
             return _mix(weights, branches, self.compute_dtype)
@@ -303,11 +232,13 @@ class StochasticBlock(keras.layers.Layer):
             return tf.switch_case(choice, branches)  # only the chosen candidate runs
         # Every candidate's dropout seeds are drawn first, whichever runs, so
         # that the masks do not depend on the path taken below.
-        layers = self.attention_layer.dropout_layers + self.dense_layer.dropout_layers
+        layers = [self.candidate_layer(k) for k in range(len(self.candidates))]
+        layers = [d for layer in layers if layer is not None
+                  for d in getattr(layer, "dropout_layers", [])]
         dropouts, seeds = draw_seeds(layers if training else [])
         with fixed_seeds(dropouts, seeds):
             branches = self._branches(x, mem, training, rel_bias)
-            if self.hard_gradient == "all":
+            if config.hard_gradient == "all":
                 return self._hard_all(choice, weights, branches, x, mem, training, rel_bias,
                                       step)
             return self._hard_chosen(choice, weights, branches)
@@ -328,23 +259,25 @@ class StochasticBlock(keras.layers.Layer):
         Under XLA (model/xla.py) the chosen output is a one-hot mix of every
         candidate's (same values and gradients) instead of a `switch_case`.
         """
-        num = len(CANDIDATES)
+        num = len(self.candidates)
+        hard_rows = self.model_config.hard_rows
         onehot = tf.one_hot(choice, num)  # [C]
         rows = None  # every row
-        sub, scale = branches, 1.0
-        if self.hard_rows < 1.0:
+        sub, sub_x, scale = branches, x, 1.0
+        if hard_rows < 1.0:
             batch = x.shape[0] if x.shape[0] is not None else tf.shape(x)[0]
             if isinstance(batch, int):
-                n = max(1, math.ceil(self.hard_rows * batch))
+                n = max(1, math.ceil(hard_rows * batch))
             else:
                 n = tf.maximum(1, tf.cast(tf.math.ceil(
-                    self.hard_rows * tf.cast(batch, tf.float32)), tf.int32))
+                    hard_rows * tf.cast(batch, tf.float32)), tf.int32))
             key = tf.random.experimental.stateless_fold_in(
-                tf.constant([self.seed, len(CANDIDATES) + self.block_index], tf.int64),
+                tf.constant([self.seed, num + self.block_index], tf.int64),
                 tf.cast(step, tf.int64), alg=xla.RNG_ALG)  # not the Gumbel noise's key
             scores = xla.uniform_from_bits(tf.reshape(batch, [1]), key)  # [B]
             rows = tf.sort(tf.math.top_k(scores, n).indices)  # [n]
-            sub = self._branches(tf.gather(x, rows),
+            sub_x = tf.gather(x, rows)
+            sub = self._branches(sub_x,
                                  None if mem is None else tf.gather(mem, rows),
                                  training, rel_bias)
             scale = tf.cast(batch, self.compute_dtype) / tf.cast(n, self.compute_dtype)
@@ -359,7 +292,7 @@ class StochasticBlock(keras.layers.Layer):
         else:
             def outputs(k):  # candidate k on every row, the others (on the rows S)
                 return branches[k](), tf.stack([
-                    tf.zeros_like(sub[2]()) if j == k else tf.stop_gradient(f())
+                    tf.zeros_like(sub_x) if j == k else tf.stop_gradient(f())
                     for j, f in enumerate(sub)])  # fmt: skip
 
             y, others = tf.switch_case(choice, [functools.partial(outputs, k) for k in range(num)])
@@ -383,7 +316,7 @@ class StochasticBlock(keras.layers.Layer):
         if not xla.compiling_with_xla():
             y = tf.switch_case(choice, branches)  # only the chosen candidate runs
         else:
-            y = _mix(tf.one_hot(choice, len(CANDIDATES)), branches, self.compute_dtype)
+            y = _mix(tf.one_hot(choice, len(self.candidates)), branches, self.compute_dtype)
         # Straight-through: the factor is exactly 1 in value (w - sg(w) == 0)
         # while d y / d w_k = f_k(x) carries the gradient to alpha.
         chosen = tf.gather(weights, choice)
@@ -395,29 +328,5 @@ class StochasticBlock(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "d_model": self.d_model,
-                "num_heads": self.num_heads,
-                "d_head": self.d_head,
-                "d_ffn": self.d_ffn,
-                "dropout": self.dropout,
-                "attn_dropout": self.attn_dropout,
-                "clamp_len": self.clamp_len,
-                "pre_norm": self.pre_norm,
-                "untie_rel_bias": self.untie_rel_bias,
-                "same_length": self.same_length,
-                "attention": self.attention,
-                "span_max": self.span_max,
-                "span_ramp": self.span_ramp,
-                "span_init": self.span_init,
-                "span_loss_coef": self.span_loss_coef,
-                "search_mode": self.search_mode,
-                "hard_gradient": self.hard_gradient,
-                "hard_rows": self.hard_rows,
-                "eval_mode": self.eval_mode,
-                "seed": self.seed,
-                "block_index": self.block_index,
-            }
-        )
+        config.update({"config": self.model_config.to_dict(), "block_index": self.block_index})
         return config

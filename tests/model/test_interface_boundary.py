@@ -29,7 +29,8 @@ FORBIDDEN_NAMES = {
 FORBIDDEN_MODULES = (
     "model.transformer_xl.model", "model.transformer_xl.presets", "model.transformer_xl.config", "model.transformer_xl.stochastic_block",
     "model.layers.relative_attention", "model.layers.adaptive_span", "model.sha_rnn.model",
-    "model.sha_rnn.config", "training.derive", "training.plots",
+    "model.sha_rnn.config", "training.plugins.par_search.derive",
+    "training.plugins.par_search.plots", "training.plugins.span_report.plots",
     "training.plugins.par_search", "training.plugins.span_report",
 )
 

@@ -63,3 +63,22 @@ def test_a_step_evaluated_again_after_a_restart_is_listed_once(tmp_path):
     rows = [line for line in status.splitlines() if line.startswith("| 5000 ")]
     assert rows == ["| 5000 | 4.2560 | 70.53 | 217.46 | 1.5066 |"]  # the latest
     assert status.index("| 5000 ") < status.index("| 7500 ")
+
+
+def test_freezes_and_the_speed_of_each_stage(tmp_path):
+    run = _run(tmp_path)
+    (run / "config.json").write_text(json.dumps({"seq_len": 32, "batch_size": 32}))
+    lines = [f"step={s} loss=4.0 ppl=55.0 tokens_per_sec={t}" for s, t in (
+        (100, 3000.0), (200, 3100.0), (300, 2000.0), (400, 4096.0), (500, 4200.0),
+        (600, 1000.0), (700, 6144.0), (800, 6000.0))]
+    lines.insert(2, "step=250 frozen_block=5 frozen_choice=1 frozen_probability=0.975")
+    lines.insert(6, "step=550 frozen_block=0 frozen_choice=0 frozen_probability=0.98")
+    lines.insert(7, "step=550 frozen_block=2 frozen_choice=2 frozen_probability=0.99")
+    (run / "training_log.log").write_text("\n".join(lines) + "\n")
+    status = (collect_run.collect(run, tmp_path / "results") / "STATUS.md").read_text()
+    assert "| 250 | 5 | 1 | 0.9750 |" in status and "| 550 | 2 | 2 | 0.9900 |" in status
+    # The intervals holding a freeze (ending at 300 and 600) belong to no stage.
+    assert "| 0-250 | 0 | 3,100 | 3.03 |" in status
+    assert "| 250-550 | 1 | 4,200 | 4.10 |" in status
+    assert "| 550-800 | 3 | 6,144 | 6.00 |" in status
+    assert "last logged step 800" in status

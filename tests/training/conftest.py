@@ -38,10 +38,12 @@ def tiny_data(tmp_path_factory, wikitext2_root) -> pathlib.Path:
 
 
 def tiny_config(data_dir, model_dir, **overrides):
-    """A TrainConfig of the `tiny` preset on the tiny build (no dropout by default)."""
+    """A TrainConfig of the `tiny` preset on the tiny build (no dropout by default); the
+    search section's fields are given flat, like their flags."""
     import data_utils
     from model.transformer_xl.presets import preset_config
     from training.config import TrainConfig
+    from training.plugins.par_search.config import SearchConfig
 
     meta = data_utils.load_meta(str(data_dir))
     model_fields = {k[len("model_"):]: overrides.pop(k) for k in list(overrides)
@@ -52,6 +54,8 @@ def tiny_config(data_dir, model_dir, **overrides):
                   max_steps=30, learning_rate=3e-3, clip_norm=1.0, eval_interval=0,
                   checkpoint_interval=0, log_interval=5, sample_tokens=8,
                   logdir=str(pathlib.Path(model_dir) / "logs"))
+    values["search"] = {k: overrides.pop(k) for k in SearchConfig.field_names()
+                        if k in overrides}
     values.update(overrides)
     return TrainConfig(**values)
 

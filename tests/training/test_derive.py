@@ -7,7 +7,7 @@ import pytest
 
 from model.transformer_xl import flops
 from model.transformer_xl.config import ModelConfig
-from training.derive import (
+from training.plugins.par_search.derive import (
     UNTRAINED_HEADER,
     architecture_from_probs,
     derivation_report,

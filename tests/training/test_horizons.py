@@ -87,7 +87,7 @@ def test_resume_with_more_steps_keeps_lr_and_tau(tiny_config_factory, tmp_path):
 @pytest.mark.slow
 def test_short_search_caps_warmups_and_trains_the_architecture(tiny_config_factory, tmp_path,
                                                                caplog):
-    from training import derive
+    from training.plugins.par_search import derive
     from training.loop import train
 
     caplog.set_level(logging.INFO, logger="absl")
@@ -114,7 +114,7 @@ def test_short_search_caps_warmups_and_trains_the_architecture(tiny_config_facto
 
 @pytest.mark.slow
 def test_untrained_derivation_is_flagged(tiny_config_factory, tmp_path, caplog):
-    from training import derive
+    from training.plugins.par_search import derive
     from training.loop import train
 
     caplog.set_level(logging.INFO, logger="absl")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from training.plots import ARCH_HISTORY_FILE, ArchHistory, plot_arch_history
+from training.plugins.par_search.plots import ARCH_HISTORY_FILE, ArchHistory, plot_arch_history
 
 
 def make_history(num_entries=5, num_blocks=4):

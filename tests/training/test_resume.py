@@ -2,7 +2,9 @@
 
 Per family, `train.py` is killed with SIGKILL after its checkpoint at step 10
 and restarted in a new process; an uninterrupted run of the same flags is the
-reference. The uninterrupted runs of both families share one process, and so
+reference. A third case searches with progressive freezing set to freeze
+blocks on both sides of the kill: the frozen set and the freezing counters
+are restored, so the restart freezes at the same steps. The uninterrupted runs of both families share one process, and so
 do the restarts (each after both kills): a process per family and role would
 pay TensorFlow's start-up again for nothing.
 """
@@ -27,6 +29,9 @@ CHECKPOINT_EVERY = 10
 _FAMILY_FLAGS = {
     "transformer_xl": ["--preset=tiny", "--num_blocks=2"],
     "sha_rnn": ["--model_family=sha_rnn", "--preset=sha_rnn_tiny", "--optimizer=lamb"],
+    # Fast architecture learning and a short window: freezes before and after step 10.
+    "transformer_xl_freezing": ["--preset=tiny", "--num_blocks=3", "--arch_learning_rate=0.3",
+                                "--freeze_threshold=0.6", "--freeze_window=3"],
 }
 
 # Trains each run of argv[1] (JSON list of train.py argument lists) in turn,
@@ -141,10 +146,19 @@ def test_sigkill_and_restart_equals_uninterrupted_run(resumed_runs, family):
     assert killed_log and killed_log[-1]["step"] >= CHECKPOINT_EVERY - 1
     assert f"resuming {resumed} at step " in run["restart_stderr"]
 
-    ref_log = read_training_log(reference / "training_log.log")
-    res_log = read_training_log(resumed / "training_log.log")
+    ref_all = read_training_log(reference / "training_log.log")
+    res_all = read_training_log(resumed / "training_log.log")
+    # Freeze events are lines of their own.
+    assert ([r for r in res_all if "frozen_block" in r]
+            == [r for r in ref_all if "frozen_block" in r])
+    if family == "transformer_xl_freezing":
+        freezes = [r["step"] for r in ref_all if "frozen_block" in r]
+        assert min(freezes) <= CHECKPOINT_EVERY < max(freezes), freezes
+    ref_log = [r for r in ref_all if "loss" in r]
+    res_log = [r for r in res_all if "loss" in r]
     assert [r["step"] for r in ref_log] == list(range(3, STEPS + 1, 3))
-    keys = ("step", "loss", "lr", "tau") if family == "transformer_xl" else ("step", "loss", "lr")
+    keys = (("step", "loss", "lr", "tau") if family.startswith("transformer_xl")
+            else ("step", "loss", "lr"))
     assert all(set(keys) <= set(row) for row in ref_log)
     for key in keys:
         assert [r[key] for r in res_log] == [r[key] for r in ref_log], key
@@ -152,7 +166,8 @@ def test_sigkill_and_restart_equals_uninterrupted_run(resumed_runs, family):
     # Every saved variable: model, both optimizers, counters, memories.
     ref_vars, res_vars = _variables(reference, STEPS), _variables(resumed, STEPS)
     assert ref_vars.keys() == res_vars.keys()
-    assert any(k.startswith("arch_optimizer/") for k in ref_vars) == (family == "transformer_xl")
+    assert any(k.startswith("arch_optimizer/") for k in ref_vars) == family.startswith(
+        "transformer_xl")
     assert any(k.startswith("state/memories/") for k in ref_vars)
     for name, value in ref_vars.items():
         np.testing.assert_array_equal(res_vars[name], value, err_msg=name)

@@ -78,7 +78,7 @@ def test_summary_of_a_search_cut_short(tiny_config_factory, tmp_path, caplog):
     retrain, _ = train_cli.config_from_flags(fv)
     assert retrain.model.architecture == derived
     assert retrain.model_dir == f"{shorter.model_dir}_derived"
-    assert retrain.arch_warmup_steps == 0
+    assert retrain.search.arch_warmup_steps == 0
     for name in ("optimizer", "weight_decay", "learning_rate", "warmup_steps", "clip_norm",
                  "max_steps", "eval_interval", "checkpoint_interval", "log_interval"):
         assert getattr(retrain, name) == getattr(shorter, name), name

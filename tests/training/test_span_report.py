@@ -7,7 +7,7 @@ import pytest
 
 
 def test_soft_mask_matches_the_paper_formula():
-    from training.span_plots import soft_mask
+    from training.plugins.span_report.plots import soft_mask
 
     x = np.arange(0, 50)
     span, ramp = 20.0, 8.0
@@ -17,7 +17,7 @@ def test_soft_mask_matches_the_paper_formula():
 
 
 def test_spans_figure_draws_every_head():
-    from training.span_plots import spans_figure
+    from training.plugins.span_report.plots import spans_figure
 
     image, fig = spans_figure([np.array([3.0, 60.0]), np.array([10.0, 0.0])], 64, 8)
     assert image.dtype == np.uint8 and image.ndim == 3 and image.shape[2] == 3
@@ -34,7 +34,7 @@ def test_spans_figure_draws_every_head():
 def test_adaptive_span_run_writes_spans_figure_and_metrics(make_config, tmp_path):
     import tensorflow as tf
     from training.loop import train
-    from training.span_plots import SPANS_PNG
+    from training.plugins.span_report.plots import SPANS_PNG
 
     config = make_config(max_steps=6, log_interval=3, sample_tokens=0, eval_max_records=2,
                          model_architecture="afaf", model_attention="adaptive_span",

@@ -13,9 +13,14 @@ from training.config import ConfigError, TrainConfig
 
 
 def _config(tmp_path, **overrides):
+    """A TrainConfig; the search section's fields may be given flat, like their flags."""
+    from training.plugins.par_search.config import SearchConfig
+
     values = dict(data_dir=str(tmp_path / "data"), model_dir=str(tmp_path / "run"),
                   model=preset_config("tiny", vocab_size=256), preset="tiny", batch_size=4,
                   seq_len=16, eval_mem_len=8)
+    values["search"] = {k: overrides.pop(k) for k in SearchConfig.field_names()
+                        if k in overrides}
     values.update(overrides)
     return TrainConfig(**values)
 

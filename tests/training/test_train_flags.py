@@ -33,8 +33,12 @@ def test_every_config_field_has_a_flag():
     fv = train_cli.define_flags(flags.FlagValues())
     for field in dataclasses.fields(ModelConfig):
         assert field.name == "vocab_size" or field.name in fv, field.name
+    sections = TrainConfig.section_fields()
     for field in dataclasses.fields(TrainConfig):
-        assert field.name == "model" or field.name in fv, field.name
+        assert field.name == "model" or field.name in sections or field.name in fv, field.name
+    for section in sections.values():  # a section's fields are flags of their own
+        for field in dataclasses.fields(section):
+            assert field.name in fv and "[search]" in fv[field.name].help, field.name
 
 
 def test_defaults_come_from_preset_data_and_config(parse, tiny_data):
@@ -45,9 +49,9 @@ def test_defaults_come_from_preset_data_and_config(parse, tiny_data):
     assert (config.seq_len, config.batch_size) == (meta["seq_len"], meta["batch_size"])
     assert config.eval_mem_len == config.model.mem_len
     defaults = TrainConfig(data_dir="d", model_dir="m", model=config.model)
-    for name in ("learning_rate", "tau_start", "tau_end", "arch_learning_rate",
-                 "arch_weight_decay", "clip_norm", "epochs", "strategy", "precision"):
+    for name in ("learning_rate", "clip_norm", "epochs", "strategy", "precision"):
         assert getattr(config, name) == getattr(defaults, name), name
+    assert config.search == defaults.search  # --tau_start, --arch_learning_rate, ...
 
 
 def test_model_and_training_flags_override(parse):
@@ -61,7 +65,8 @@ def test_model_and_training_flags_override(parse):
     assert (model.d_model, model.num_heads, model.num_blocks, model.dropout) == (64, 4, 6, 0.2)
     assert model.pre_norm and model.cutoffs == (10, 100) and model.proj_dims == (8, 4)
     assert (model.attention, model.search_mode, model.seed) == ("adaptive_span", "hard", 7)
-    assert (config.eval_mem_len, config.learning_rate, config.tau_schedule) == (0, 0.01, "linear")
+    assert (config.eval_mem_len, config.learning_rate, config.search.tau_schedule) == (
+        0, 0.01, "linear")
     assert (config.lr_schedule, config.precision, overwrite) == ("linear", "mixed_bfloat16", True)
 
 

@@ -8,14 +8,26 @@ otherwise) and may:
 - add training losses (`extra_losses`, inside the gradient tape);
 - set model state before each step inside the compiled step (`before_step`)
   and report values of that step (`step_values`, e.g. the temperature);
-- log, summarise, resume and finish on the host (`on_start`, `on_log`,
+- change what the compiled step computes between steps: a new `trace_key`
+  makes the trainer trace its functions again, training only the variables
+  no plug-in lists in `inactive_variables` (the PAR search freezing blocks);
+- keep state in the checkpoints (`checkpoint_objects`, optional: restored
+  when the checkpoint has it);
+- act on the host after every step (`after_step`, returning events the
+  loop logs), log, summarise, resume and finish (`on_start`, `on_log`,
   `on_finish`).
 
-The trainer and the loop know only this class. Registered plug-ins:
-`par_search.ParSearch` (architecture optimizer, Gumbel temperature,
-architecture summaries and history, derivation and plots) and
-`span_report.SpanReport` (learned attention spans). Adding one means a module here
-and an entry in `PLUGINS`.
+A plug-in may own a section of the training config (`CONFIG_SECTIONS`, a
+`ConfigBase` dataclass whose fields are train.py flags; `TrainConfig` holds
+it as a field of that name). A plug-in decides whether it applies from what
+the model can do (e.g. `arch_variables`), not from its family's name.
+
+The trainer and the loop know only this class. Registered plug-ins, each a
+package owning its parts: `par_search` (ParSearch: architecture optimizer,
+Gumbel temperature, progressive freezing, architecture summaries and
+history, derivation and plots; its config section `search`) and
+`span_report` (SpanReport: learned attention spans and their figure).
+Adding one means a package here and an entry in `_registered`.
 """
 
 import dataclasses
@@ -83,6 +95,36 @@ class Plugin:
         """dict name -> scalar tensor of this step, returned with the step's outputs."""
         return {}
 
+    def trace_key(self):
+        """Hashable; when it changes the trainer traces its compiled functions again."""
+        return None
+
+    def inactive_variables(self):
+        """Variables of the optimizer groups that no longer train (no gradient, no
+        update; they and their optimizer slots stay in the checkpoints)."""
+        return []
+
+    def checkpoint_objects(self):
+        """dict name -> trackable saved with every checkpoint (restored when present)."""
+        return {}
+
+    def after_step(self, step):
+        """On the host after step `step` (steps done): a list of events, each a dict
+        name -> number that the loop writes to training_log.log and TensorBoard."""
+        return []
+
+    def should_stop(self):
+        """True to end the run after the current step (evaluated and saved as a last step)."""
+        return False
+
+    def follow_up(self, config, results):
+        """A TrainConfig to train right after this run in the same command, or None."""
+        return None
+
+    def after_follow_up(self, results, followed):
+        """This run's results once the follow-up run returned `followed` (its results)."""
+        return results
+
     def on_start(self, model_dir, resumed_step):
         """On the host before the first step; `resumed_step` is None on a fresh run."""
 
@@ -98,9 +140,17 @@ class Plugin:
 
 
 def _registered():
-    from training.plugins import par_search, span_report
+    from training.plugins.par_search.plugin import ParSearch
+    from training.plugins.span_report.plugin import SpanReport
 
-    return (par_search.ParSearch, span_report.SpanReport)
+    return (ParSearch, SpanReport)
+
+
+def config_sections():
+    """name -> config section class of the registered plug-ins (no TensorFlow)."""
+    from training.plugins.par_search.config import SECTION, SearchConfig
+
+    return {SECTION: SearchConfig}
 
 
 def make_plugins(model, config, horizon):

@@ -60,8 +60,8 @@ def test_build_model_unpacks_every_field_and_builds_the_weights():
     )  # fmt: skip
     model = build_model(config)
     assert isinstance(model, TransformerXLLM) and model.built
-    fields = {k: v for k, v in model.get_config().items() if k in ModelConfig.__dataclass_fields__}
-    assert ModelConfig.from_dict(fields) == config
+    assert ModelConfig.from_dict(model.get_config()["config"]) == config
+    assert model.model_config == config and model.span_max == 16  # fields readable as attributes
     assert flops.param_count(config) == sum(int(np.prod(v.shape)) for v in model.trainable_variables)
     np.testing.assert_allclose(np.asarray(model.spans[0]), [4.0, 4.0])
     hidden, mems = model(tf.zeros([2, 3], tf.int32))

@@ -161,12 +161,17 @@ def test_config_json_round_trip_gives_an_equal_model():
     clone.build((None, None))
     clone.set_weights(model.get_weights())
     assert clone.get_config() == model.get_config()
-    fields = {k: v for k, v in config.items() if k in ModelConfig.__dataclass_fields__}
-    assert ModelConfig.from_dict(fields) == preset_config(
+    assert ModelConfig.from_dict(config["config"]) == preset_config(
         "tiny", dropout=0.0, attention="adaptive_span", adaptive_input=True
     )
     ids = token_ids(6)
     np.testing.assert_array_equal(clone(ids)[0].numpy(), model(ids)[0].numpy())
+    # The form older code wrote: every ModelConfig field at the top level.
+    flat = {k: v for k, v in config.items() if k != "config"} | config["config"]
+    old_form = TransformerXLLM.from_config(flat)
+    assert old_form.model_config == model.model_config
+    with pytest.raises(TypeError, match="either a config or its fields"):
+        TransformerXLLM(model.model_config, d_model=8)
 
 
 @pytest.mark.slow

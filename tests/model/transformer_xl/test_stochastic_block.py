@@ -8,10 +8,19 @@ import pytest
 import tensorflow as tf
 
 from model.layers.adaptive_span import AdaptiveSpanAttention
-from model.transformer_xl.stochastic_block import CANDIDATES, StochasticBlock, gumbel_noise
+from model.transformer_xl import blocks
+from model.transformer_xl.config import ModelConfig
+from model.transformer_xl.stochastic_block import StochasticBlock, gumbel_noise
 
 D, N, H, F = 8, 2, 4, 16
 B, T, M = 2, 5, 3
+
+
+def block_config(**overrides):
+    """The ModelConfig a block of these sizes reads (vocab_size is not used by a block);
+    no dropout unless asked."""
+    return ModelConfig(**{"vocab_size": 16, "d_model": D, "num_heads": N, "d_head": H,
+                          "d_ffn": F, "dropout": 0.0, **overrides})
 
 
 def randomize(layer, seed=0, scale=0.4):
@@ -26,10 +35,9 @@ def randomize(layer, seed=0, scale=0.4):
         weight.assign(value.astype("float32"))
 
 
-def make_block(seed=0, **overrides):
-    args = dict(d_model=D, num_heads=N, d_head=H, d_ffn=F, seed=seed, block_index=1)
-    args.update(overrides)
-    block = StochasticBlock(**args)
+def make_block(seed=0, block_index=1, dtype=None, **overrides):
+    block = StochasticBlock(block_config(seed=seed, **overrides), block_index=block_index,
+                            dtype=dtype)
     block.build((None, None, D))
     randomize(block, seed)
     return block
@@ -271,10 +279,9 @@ def test_hard_search_and_argmax_eval_compute_one_candidate_in_a_case(inputs):
 
 def test_adaptive_span_candidate_and_mixed_precision(inputs):
     x, mem = inputs
-    block = StochasticBlock(
-        D, N, H, F, attention="adaptive_span", span_max=8, span_ramp=2, span_init=0.5,
-        search_mode="hard", dtype="mixed_bfloat16",
-    )  # fmt: skip
+    block = StochasticBlock(block_config(
+        attention="adaptive_span", span_max=8, span_ramp=2, span_init=0.5, search_mode="hard",
+    ), dtype="mixed_bfloat16")  # fmt: skip
     block.build((None, None, D))
     assert isinstance(block.attention_layer, AdaptiveSpanAttention)
     assert block.arch_logits.dtype == "float32"
@@ -290,7 +297,7 @@ def test_adaptive_span_candidate_and_mixed_precision(inputs):
         y, grad = step(x, mem, tf.constant(i, tf.int64))
         assert y.dtype == tf.bfloat16 and y.shape == (B, T, D)
         assert grad.dtype == tf.float32 and np.all(np.isfinite(grad.numpy()))
-    expected = 0.5 * 8 * block.span_loss_coef
+    expected = 0.5 * 8 * block.model_config.span_loss_coef
     assert float(block.attention_layer.span_loss()) == pytest.approx(expected)
 
 
@@ -314,14 +321,16 @@ def test_config_round_trip(inputs):
 
 def test_invalid_modes_are_named():
     with pytest.raises(ValueError, match="search_mode"):
-        StochasticBlock(D, N, H, F, search_mode="gumbel")
+        StochasticBlock(block_config(search_mode="gumbel"))
     with pytest.raises(ValueError, match="hard_gradient"):
-        StochasticBlock(D, N, H, F, hard_gradient="some")
+        StochasticBlock(block_config(hard_gradient="some"))
     for rows in (0.0, 1.5):
         with pytest.raises(ValueError, match="hard_rows"):
-            StochasticBlock(D, N, H, F, hard_rows=rows)
+            StochasticBlock(block_config(hard_rows=rows))
     with pytest.raises(ValueError, match="eval_mode"):
-        StochasticBlock(D, N, H, F, eval_mode="sample")
+        StochasticBlock(block_config(eval_mode="sample"))
     with pytest.raises(ValueError, match="attention"):
-        StochasticBlock(D, N, H, F, attention="linear")
-    assert CANDIDATES == ("attention", "dense", "identity")
+        StochasticBlock(block_config(attention="linear"))
+    # The candidates' order is the checkpoints' (arch_logits columns).
+    assert blocks.names()[:3] == ("attention", "dense", "identity")
+    assert blocks.letters()[:3] == "afi"

@@ -2,7 +2,7 @@
 
 For a Transformer-XL model with adaptive-span attention: the learned span of
 every head in TensorBoard (`spans/layer_NN/head_H`, and the figure of
-training/span_plots.py as the image `spans/figure`) at each log interval;
+training/plugins/span_report/plots.py as the image `spans/figure`) at each log interval;
 at the end the figure in the run directory (`spans.png`) and the spans with
 their mean in metrics.json (`spans`). The span loss itself is one of the
 model's `extra_losses`.
@@ -13,7 +13,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from training import span_plots
+from training.plugins.span_report import plots as span_plots
 from training.plugins import Plugin
 
 
@@ -27,7 +27,7 @@ class SpanReport(Plugin):
 
     @classmethod
     def create(cls, model, config, horizon):
-        if getattr(model, "family", None) != "transformer_xl" or not model.spans:
+        if not getattr(model, "spans", None):  # a model with learned attention spans
             return None
         return cls(model)
 

@@ -1,10 +1,12 @@
 """History of the supernet's architecture probabilities and its plots.
 
-`ArchHistory` records, at chosen steps, the [num_blocks, 3] probabilities of
-attention, dense and identity of every PAR block (Mandava et al. 2020,
+`ArchHistory` records, at chosen steps, the [num_blocks, C] probabilities of
+the candidates (the block types of model/transformer_xl/blocks.py:
+attention, dense, identity) of every PAR block (Mandava et al. 2020,
 arXiv 2009.04534) and saves them as JSON (no pickle). `plot_arch_history`
-draws one panel per block (probability of each choice against the step) and,
-optionally, an animated GIF of the block-by-choice matrix over training.
+draws one panel per block (probability of each choice against the step, the
+step the block was frozen at, if any) and, optionally, an animated GIF of
+the block-by-choice matrix over training.
 
 Matplotlib is used through its Agg canvas directly, never through pyplot, so
 plotting neither needs a display nor changes the backend of a notebook that
@@ -20,23 +22,39 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from PIL import Image
 
+from model.transformer_xl import blocks
 from training import run_dir
 
-CHOICES = ("attention", "dense", "identity")
-LETTERS = "afi"
 ARCH_HISTORY_FILE = "arch_history.json"
 _FORMAT_VERSION = 1
-_COLORS = ("#1f77b4", "#ff7f0e", "#7f7f7f")
+_UNKNOWN_COLOR = "#2ca02c"
+
+
+def _spec(name):
+    """The registered BlockSpec called `name`, or None."""
+    return next((s for s in blocks.specs() if s.name == name), None)
+
+
+def _letter(name):
+    spec = _spec(name)
+    return spec.letter if spec else "?"
+
+
+def _color(name):
+    spec = _spec(name)
+    return spec.color if spec else _UNKNOWN_COLOR
 
 
 class ArchHistory:
     """Architecture probabilities over training: a list of (step, probs).
 
-    Steps are strictly increasing; `probs` are float64 arrays [num_blocks, 3]
-    over (attention, dense, identity).
+    Steps are strictly increasing; `probs` are float64 arrays [num_blocks, C]
+    over `choices` (the candidate names; default: the registered block types,
+    attention, dense, identity).
     """
 
-    def __init__(self, entries=()):
+    def __init__(self, entries=(), choices=None):
+        self.choices = tuple(blocks.names() if choices is None else choices)
         self._steps = []
         self._probs = []
         for step, probs in entries:
@@ -51,8 +69,10 @@ class ArchHistory:
                 (after resuming, call `truncate(resumed_step)` first).
         """
         probs = np.array(probs, dtype=np.float64)
-        if probs.ndim != 2 or probs.shape[1] != len(CHOICES) or probs.shape[0] == 0:
-            raise ValueError(f"probabilities must have shape [num_blocks, 3], got {probs.shape}")
+        num = len(self.choices)
+        if probs.ndim != 2 or probs.shape[1] != num or probs.shape[0] == 0:
+            raise ValueError(f"probabilities must have shape [num_blocks, {num}] (one column "
+                             f"per choice: {', '.join(self.choices)}), got {probs.shape}")
         if not np.all(np.isfinite(probs)):
             raise ValueError(f"probabilities at step {step} contain NaN or inf")
         if self._probs and probs.shape != self._probs[0].shape:
@@ -88,16 +108,16 @@ class ArchHistory:
 
     @property
     def probs(self):
-        """float64 array [E, num_blocks, 3]."""
+        """float64 array [E, num_blocks, C]."""
         if not self._probs:
-            return np.zeros((0, 0, len(CHOICES)))
+            return np.zeros((0, 0, len(self.choices)))
         return np.stack(self._probs)
 
     def to_json(self):
         """JSON-serialisable dict of the history."""
         return {
             "format_version": _FORMAT_VERSION,
-            "choices": list(CHOICES),
+            "choices": list(self.choices),
             "entries": [
                 {"step": s, "probs": p.tolist()} for s, p in zip(self._steps, self._probs)
             ],
@@ -108,10 +128,12 @@ class ArchHistory:
         """Inverse of `to_json`; raises ValueError on another format."""
         if not isinstance(data, dict) or data.get("format_version") != _FORMAT_VERSION:
             raise ValueError(f"not an architecture history (format_version {_FORMAT_VERSION})")
-        if tuple(data.get("choices", ())) != CHOICES:
-            raise ValueError(f"architecture history choices {data.get('choices')} != {CHOICES}")
+        choices = data.get("choices")
+        if (not isinstance(choices, list) or not choices
+                or not all(isinstance(c, str) for c in choices)):
+            raise ValueError(f"architecture history choices {choices!r} are not a list of names")
         try:
-            return cls((entry["step"], entry["probs"]) for entry in data["entries"])
+            return cls(((entry["step"], entry["probs"]) for entry in data["entries"]), choices)
         except (KeyError, TypeError) as err:
             raise ValueError(f"malformed architecture history entry: {err}") from err
 
@@ -160,7 +182,7 @@ def _render(fig):
     return np.asarray(canvas.buffer_rgba())[..., :3].copy()
 
 
-def _panels_png(steps, probs, png_path, dpi):
+def _panels_png(steps, probs, choices, png_path, dpi, freezes):
     num_blocks = probs.shape[1]
     ncols = min(num_blocks, 4)
     nrows = math.ceil(num_blocks / ncols)
@@ -172,11 +194,15 @@ def _panels_png(steps, probs, png_path, dpi):
         if block >= num_blocks:
             ax.set_visible(False)
             continue
-        for k, (choice, color) in enumerate(zip(CHOICES, _COLORS)):
-            ax.plot(steps, probs[:, block, k], color=color, label=choice,
+        for k, choice in enumerate(choices):
+            ax.plot(steps, probs[:, block, k], color=_color(choice), label=choice,
                     marker="o" if len(steps) == 1 else None)
-        final = CHOICES[int(np.argmax(probs[-1, block]))]
-        ax.set_title(f"block {block}: {final}", fontsize=10)
+        final = choices[int(np.argmax(probs[-1, block]))]
+        title = f"block {block}: {final}"
+        if block in freezes:
+            ax.axvline(freezes[block], color="0.2", linestyle=":", linewidth=1)
+            title += f" (frozen at {freezes[block]})"
+        ax.set_title(title, fontsize=10)
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
     # With sharex only the bottom row shows tick labels; when the last row is
@@ -188,23 +214,24 @@ def _panels_png(steps, probs, png_path, dpi):
     for ax in axes[:, 0]:
         ax.set_ylabel("probability")
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", ncol=3, frameon=False)
+    fig.legend(handles, labels, loc="upper center", ncol=len(choices), frameon=False)
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / fig.get_figheight()))
     with run_dir.atomic_output(png_path, suffix=".png") as tmp:
         fig.savefig(tmp, dpi=dpi)
 
 
-def _matrix_gif(steps, probs, gif_path, dpi, frame_ms):
+def _matrix_gif(steps, probs, choices, gif_path, dpi, frame_ms):
     num_blocks = probs.shape[1]
-    fig = Figure(figsize=(4.4, 1.0 + 0.42 * num_blocks), dpi=dpi)
+    letters = [_letter(c) for c in choices]
+    fig = Figure(figsize=(1.6 + 0.95 * len(choices), 1.0 + 0.42 * num_blocks), dpi=dpi)
     FigureCanvasAgg(fig)
     ax = fig.subplots()
     image = ax.imshow(probs[0], cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
-    ax.set_xticks(range(len(CHOICES)), CHOICES)
+    ax.set_xticks(range(len(choices)), choices)
     ax.set_yticks(range(num_blocks))
     ax.xaxis.tick_top()
     texts = [
-        [ax.text(k, b, "", ha="center", va="center", fontsize=8) for k in range(len(CHOICES))]
+        [ax.text(k, b, "", ha="center", va="center", fontsize=8) for k in range(len(choices))]
         for b in range(num_blocks)
     ]
     title = ax.set_xlabel("step 0")
@@ -220,10 +247,10 @@ def _matrix_gif(steps, probs, gif_path, dpi, frame_ms):
     for step, p in zip(steps, probs):
         image.set_data(p)
         for b in range(num_blocks):
-            for k in range(len(CHOICES)):
+            for k in range(len(choices)):
                 texts[b][k].set_text(f"{p[b, k]:.2f}")
                 texts[b][k].set_color("white" if p[b, k] > 0.6 else "black")
-        derived = "".join(LETTERS[i] for i in np.argmax(p, axis=1))
+        derived = "".join(letters[i] for i in np.argmax(p, axis=1))
         label_rows(derived)
         title.set_text(f"step {step}   {derived}")
         frames.append(Image.fromarray(_render(fig)))
@@ -235,7 +262,8 @@ def _matrix_gif(steps, probs, gif_path, dpi, frame_ms):
         )
 
 
-def plot_arch_history(history, png_path, gif_path=None, *, dpi=100, frame_ms=200, max_frames=120):
+def plot_arch_history(history, png_path, gif_path=None, *, dpi=100, frame_ms=200, max_frames=120,
+                      freezes=None):
     """Plots architecture probabilities over training.
 
     Args:
@@ -250,6 +278,8 @@ def plot_arch_history(history, png_path, gif_path=None, *, dpi=100, frame_ms=200
         max_frames: cap on GIF frames; longer histories are subsampled evenly,
             keeping the first and last entries (a frame costs about 50 ms and
             15 kB; None = no cap).
+        freezes: optional {block index: step} of frozen blocks, marked in
+            their panels.
 
     Returns:
         The list of paths written.
@@ -261,11 +291,11 @@ def plot_arch_history(history, png_path, gif_path=None, *, dpi=100, frame_ms=200
         raise ValueError("architecture history is empty: nothing to plot")
     steps, probs = history.steps, history.probs
     written = [os.fspath(png_path)]
-    _panels_png(steps, probs, png_path, dpi)
+    _panels_png(steps, probs, history.choices, png_path, dpi, dict(freezes or {}))
     if gif_path is not None:
         if max_frames is not None and len(steps) > max_frames:
             keep = np.unique(np.round(np.linspace(0, len(steps) - 1, max(max_frames, 2))).astype(int))
             steps, probs = steps[keep], probs[keep]
-        _matrix_gif(steps, probs, gif_path, dpi, frame_ms)
+        _matrix_gif(steps, probs, history.choices, gif_path, dpi, frame_ms)
         written.append(os.fspath(gif_path))
     return written

@@ -15,13 +15,11 @@ import os
 from absl import logging
 import numpy as np
 
-from model.transformer_xl import flops
-from model.transformer_xl.config import ARCHITECTURE_LETTERS
+from model.transformer_xl import blocks, flops
 from training import run_dir
 
 ARCHITECTURE_JSON = "architecture.json"
 ARCHITECTURE_TXT = "architecture.txt"
-_NAMES = {"a": "attention", "f": "dense", "i": "identity"}
 # Probabilities all this close to uniform carry no search result.
 UNIFORM_TOLERANCE = 1e-3
 # First line of architecture.txt for a derivation from untrained logits
@@ -53,21 +51,24 @@ def untrained_reason(arch_probs, updates):
 
 
 def architecture_from_probs(arch_probs):
-    """The a/f/i string of the argmax of each block's probabilities.
+    """The architecture string of the argmax of each block's probabilities.
 
     Args:
-        arch_probs: [num_blocks, 3] over (attention, dense, identity); ties go
-            to the earlier candidate.
+        arch_probs: [num_blocks, C] over the registered block types in
+            candidate order (attention, dense, identity); ties go to the
+            earlier candidate.
 
     Returns:
         str of length num_blocks.
     """
     probs = np.asarray(arch_probs, dtype=np.float64)
-    if probs.ndim != 2 or probs.shape[1] != 3 or probs.shape[0] == 0:
-        raise ValueError(f"architecture probabilities must have shape [num_blocks, 3], got {probs.shape}")
+    letters = blocks.letters()
+    if probs.ndim != 2 or probs.shape[1] != len(letters) or probs.shape[0] == 0:
+        raise ValueError(f"architecture probabilities must have shape [num_blocks, "
+                         f"{len(letters)}] (one column per block type), got {probs.shape}")
     if not np.all(np.isfinite(probs)):
         raise ValueError("architecture probabilities contain NaN or inf")
-    return "".join(ARCHITECTURE_LETTERS[i] for i in np.argmax(probs, axis=1))
+    return "".join(letters[i] for i in np.argmax(probs, axis=1))
 
 
 def derivation_report(model_config, arch_probs, seq_len, mem_len, batch_size=None,
@@ -76,7 +77,7 @@ def derivation_report(model_config, arch_probs, seq_len, mem_len, batch_size=Non
 
     Args:
         model_config: the supernet's `ModelConfig`.
-        arch_probs: [num_blocks, 3] probabilities (e.g. model.arch_probabilities).
+        arch_probs: [num_blocks, C] probabilities (e.g. model.arch_probabilities).
         seq_len: segment length T the FLOPs are counted for.
         mem_len: memory length M the FLOPs are counted for.
         batch_size: optional batch size (amortises the position projection).
@@ -88,8 +89,9 @@ def derivation_report(model_config, arch_probs, seq_len, mem_len, batch_size=Non
     Returns:
         JSON-serialisable dict:
             architecture: derived a/f/i string.
-            counts: {attention, dense, identity} block counts.
-            probabilities: the [num_blocks, 3] input as nested lists.
+            counts: block counts per block type name (attention, dense,
+                identity).
+            probabilities: the [num_blocks, C] input as nested lists.
             flops_per_token: forward FLOPs per token of the derived model.
             flops: its per-component breakdown (model/transformer_xl/flops.py keys).
             transformer_xl_flops_per_token: same for "af" * (num_blocks // 2).
@@ -120,7 +122,7 @@ def derivation_report(model_config, arch_probs, seq_len, mem_len, batch_size=Non
     )
     report = {
         "architecture": arch,
-        "counts": {name: arch.count(letter) for letter, name in _NAMES.items()},
+        "counts": {spec.name: arch.count(spec.letter) for spec in blocks.specs()},
         "probabilities": np.asarray(arch_probs, dtype=np.float64).tolist(),
         "flops_per_token": float(ours["total"]),
         "flops": {k: float(v) for k, v in ours.items()},
@@ -181,14 +183,13 @@ def write_derivation(model_dir, report):
 
 
 def _is_arch_string(value):
-    return bool(value) and set(value) <= set(ARCHITECTURE_LETTERS)
+    return bool(value) and set(value) <= set(blocks.letters())
 
 
 def _check_string(value, source):
     if not isinstance(value, str) or not _is_arch_string(value.strip()):
         raise ValueError(
-            f"{source} is {value!r}, not an architecture string over "
-            "a (attention), f (feed-forward), i (identity)"
+            f"{source} is {value!r}, not an architecture string over {blocks.describe()}"
         )
     return value.strip()
 
@@ -265,8 +266,8 @@ def read_architecture(value, num_blocks=None):
         raise FileNotFoundError(f"architecture path {value} does not exist")
     else:
         raise ValueError(
-            f"architecture {value!r} is neither a string over a (attention), f (feed-forward), "
-            "i (identity) nor an existing run directory or file"
+            f"architecture {value!r} is neither a string over {blocks.describe()} nor an "
+            "existing run directory or file"
         )
     if num_blocks is not None and len(arch) != num_blocks:
         raise ValueError(

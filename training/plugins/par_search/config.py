@@ -1,0 +1,113 @@
+"""The PAR search's section of the training config: `SearchConfig`.
+
+`TrainConfig.search` (training/config.py) holds it; its fields are train.py
+flags of their own name (`--tau_start`, ...) in the "search" group, made
+from the fields' metadata as TrainConfig's are. config.json stores it under
+"search"; files written before the section existed have these keys at the
+top level, and `migrate_flat` moves them (a run written before progressive
+freezing existed did not freeze: `freeze_threshold` 0).
+
+Importing this module does not load TensorFlow.
+"""
+
+import dataclasses
+
+from model.config_base import ConfigBase, field
+
+TAU_SCHEDULES = ("exponential", "linear")
+SECTION = "search"
+# Fields a resumed run may change: whether and how it freezes blocks from now
+# on (the steps already taken stay as they were).
+RESUMABLE = frozenset({"freeze_threshold", "freeze_window", "then_retrain"})
+
+
+def _field(default, help, choices=None):  # noqa: A002
+    return field(default, help, choices, group="search")
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchConfig(ConfigBase):
+    """The architecture search's settings (training/plugins/par_search/plugin.py).
+
+    - arch_warmup_steps is a cap: at most 20% of the run's planned steps are
+      used (`ARCH_WARMUP_FRACTION`).
+    - freeze_window counts steps after the architecture warm-up.
+    """
+
+    FLAG_PREFIX = "--"
+
+    tau_start: float = _field(1.0, "Gumbel-softmax temperature at step 0.")
+    tau_end: float = _field(0.1, "Temperature at the end of the annealing.")
+    tau_schedule: str = _field("exponential", "Temperature annealing.", TAU_SCHEDULES)
+    tau_anneal_steps: int = _field(0, "Annealing length in steps (0: the whole run as planned "
+                                   "at its first start).")
+    arch_warmup_steps: int = _field(0, "Steps before the architecture logits train (at most 20% "
+                                    "of the run's planned steps are used).")
+    # 1e-2, weight decay 5e-4 (PyTorch Adam semantics) as PAR and FBNet use; beta_1 0.5
+    # as DARTS sets for architecture parameters.
+    arch_learning_rate: float = _field(1e-2, "Adam learning rate of the architecture logits.")
+    arch_weight_decay: float = _field(5e-4, "L2 weight decay of the architecture logits.")
+    arch_beta_1: float = _field(0.5, "Adam beta_1 of the architecture optimizer.")
+    arch_beta_2: float = _field(0.999, "Adam beta_2 of the architecture optimizer.")
+    search_cost_coef: float = _field(
+        0.0, "Weight of the expected FLOPs of the network (sum over blocks of sum_k p_k cost_k, "
+        "relative to Transformer-XL) in the architecture loss: higher trades perplexity for "
+        "speed (0: off).")
+    search_cost_target: float = _field(
+        0.0, "Penalise only the expected cost above this fraction of Transformer-XL's FLOPs "
+        "(0: penalise all of it).")
+    freeze_threshold: float = _field(
+        0.97, "Progressive freezing (docs/freezing.md): a block whose most probable candidate "
+        "has kept at least this probability for --freeze_window steps computes that candidate "
+        "alone from then on; in (0.5, 1], 0 turns freezing off.")
+    freeze_window: int = _field(
+        1000, "Steps, after the architecture warm-up, a block's choice must stay above "
+        "--freeze_threshold before it is frozen.")
+    then_retrain: bool = _field(
+        False, "When every block is frozen, stop the search and train the derived architecture "
+        "from scratch in the same command (PAR's second stage), in <model_dir>_retrain.")
+
+    def validate(self):
+        def require(condition, flag, message):
+            if not condition:
+                raise ValueError(f"--{flag}={getattr(self, flag)!r}: {message}")
+
+        require(self.tau_start > 0, "tau_start", "must be > 0")
+        require(self.tau_end > 0, "tau_end", "must be > 0")
+        for flag in ("tau_anneal_steps", "arch_warmup_steps"):
+            require(getattr(self, flag) >= 0, flag, "must be >= 0")
+        require(self.arch_learning_rate > 0, "arch_learning_rate", "must be > 0")
+        for flag in ("arch_weight_decay", "search_cost_coef", "search_cost_target"):
+            require(getattr(self, flag) >= 0, flag, "must be >= 0")
+        for flag in ("arch_beta_1", "arch_beta_2"):
+            require(0 <= getattr(self, flag) < 1, flag, "must be in [0, 1)")
+        require(self.freeze_threshold == 0 or 0.5 < self.freeze_threshold <= 1, "freeze_threshold",
+                "must be in (0.5, 1] (one candidate clearly ahead), or 0 to turn freezing off")
+        require(self.freeze_window >= 1, "freeze_window", "must be >= 1")
+        require(not self.then_retrain or self.freeze_threshold > 0, "then_retrain",
+                "retrains once every block is frozen: give a --freeze_threshold > 0")
+
+    @classmethod
+    def field_names(cls):
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def flag_fields(cls):
+        """The fields, all train.py flags, in definition order."""
+        return list(dataclasses.fields(cls))
+
+
+def migrate_flat(values):
+    """Moves a config.json's top-level search keys (the form before the section) into
+    values["search"], in place; returns `values`.
+
+    A flat file predates progressive freezing unless it names its fields: such a
+    run did not freeze (freeze_threshold 0 unless the file says otherwise).
+    """
+    names = set(SearchConfig.field_names())
+    flat = {k: values.pop(k) for k in list(values) if k in names}
+    if flat:
+        flat.setdefault("freeze_threshold", 0.0)
+        section = values.get(SECTION)
+        values[SECTION] = {**flat, **(section if isinstance(section, dict) else {})}
+    return values

@@ -1,0 +1,416 @@
+"""The PAR architecture search as a training plug-in.
+
+For a Transformer-XL / PAR model (model/transformer_xl/model.py) it owns what the
+search adds to plain training (Mandava et al. 2020, arXiv 2009.04534):
+- the architecture logits' optimizer: Adam (lr `arch_learning_rate`, betas
+  `arch_beta_1/2`), L2 decay `arch_weight_decay` added to the gradient, no
+  clipping (Adam already normalises the step; clipping with the weights would
+  let this gradient shrink the weights' update), updates after the
+  architecture warm-up `min(arch_warmup_steps, 20% of the planned steps)`
+  (`ARCH_WARMUP_FRACTION`; the flag is a cap, so a short run still searches);
+- the Gumbel-softmax temperature `tau_at(step)`, annealed over
+  `tau_anneal_steps` or the planned steps, set on the model before every
+  step and logged;
+- the optional cost-aware search: `search_cost_coef * max(0, E[cost] -
+  search_cost_target)` added to the loss, where `E[cost] = sum_blocks
+  sum_k p_k cost_k` (plus the fixed embedding and output cost) is the expected
+  forward FLOPs per token of the network under p = softmax(alpha), relative
+  to a Transformer-XL of the same depth (model/transformer_xl/flops.py), so the knob trades
+  perplexity for speed; the expected cost is logged (`expected_cost`);
+- progressive freezing (docs/freezing.md): after the architecture warm-up,
+  a block whose most probable candidate has kept a probability of at least
+  `freeze_threshold` for `freeze_window` consecutive steps is frozen to it
+  (`TransformerXLLM.freeze_block`): from the next step on only that
+  candidate runs, its logits and the other candidates' weights stop
+  training (`inactive_variables`; they stay in the checkpoints with their
+  optimizer slots), and the trainer traces its step again (`trace_key`,
+  at most once per block). Each freeze is logged (console, a
+  training_log.log line, TensorBoard `train/frozen_*`) and listed in
+  architecture.json; the counters live in the checkpoints (`search`), so a
+  resumed run freezes at the same steps;
+- with `then_retrain`, PAR's second stage in the same command: once every
+  block is frozen the search ends (`should_stop`, evaluated and saved as a
+  last step) and the derived architecture is trained from scratch with the
+  same flags (`--architecture=<derived> --arch_warmup_steps=0`) in
+  `<model_dir>_retrain` (`follow_up`); the search's metrics.json gets its
+  results under "retrain";
+- the architecture summaries (TensorBoard), the probability history
+  (`arch_history.json`), and at the end the derived architecture
+  (`architecture.json/.txt`, metrics.json) and the plots. A derivation from
+  untrained logits (the architecture optimizer never applied an update, or
+  every probability within 1e-3 of uniform) is flagged: a WARNING, a first
+  line of architecture.txt and `"untrained": true` in architecture.json and
+  metrics.json's derivation.
+
+"Planned steps" is the run's horizon, fixed at its first start
+(training/trainer.py).
+
+A fixed architecture gets only its architecture string in metrics.json.
+"""
+
+import os
+
+from absl import logging
+import numpy as np
+import tensorflow as tf
+
+from model.transformer_xl import blocks, flops
+from training import schedules
+from training.plugins.par_search import derive, plots
+from training.config import capped_warmup
+from training.plugins import OptimizerGroup, Plugin
+
+# The architecture warm-up is at most this fraction of the planned steps.
+ARCH_WARMUP_FRACTION = 0.2
+
+
+def candidate_costs(model_config, seq_len, mem_len):
+    """Forward FLOPs per token of each candidate of one block, and of the rest.
+
+    Returns:
+        (float64 [C] costs of the candidates (the registered block types,
+        attention, dense, identity) of one block, fixed cost of embedding and
+        output layer), both relative to the total of a Transformer-XL with as
+        many blocks (`af` repeated, an extra `a` for an odd count).
+    """
+    n = model_config.num_blocks
+    reference = "af" * (n // 2) + "a" * (n % 2)
+    total = flops.forward_flops_per_token(model_config, reference, seq_len, mem_len)
+    costs = np.array([spec.flops_per_token(model_config, seq_len, mem_len)
+                      for spec in blocks.specs()], np.float64)
+    return costs / total["total"], (total["embedding"] + total["head"]) / total["total"]
+
+
+def expected_cost(probs, costs, fixed):
+    """sum_blocks sum_k p_k cost_k + fixed, for probabilities [num_blocks, C]."""
+    return float(np.sum(np.asarray(probs) @ costs) + fixed)
+
+
+def retrain_config(config, architecture):
+    """The TrainConfig of PAR's second stage: `architecture` from scratch, the same flags
+    otherwise (as `./base_model.sh --architecture=<search run> --arch_warmup_steps=0`),
+    in `<model_dir>_retrain` (logs in `<logdir>_retrain` when a logdir is given)."""
+    model_dir = os.path.normpath(config.model_dir) + "_retrain"
+    logdir = os.path.normpath(config.logdir) + "_retrain" if config.logdir else ""
+    return config.replace(
+        model=config.model.replace(architecture=architecture), model_dir=model_dir,
+        logdir=logdir, search=config.search.replace(arch_warmup_steps=0, then_retrain=False))
+
+
+class FreezeState(tf.Module):
+    """The freezing counters of a search, saved in the checkpoints (per block).
+
+    stable_since: first step of the current run of steps at which the block's
+        most probable candidate `stable_choice` had a probability of at least
+        the threshold (-1: none).
+    frozen_step, frozen_probability: when the block was frozen and the
+        probability of its choice then (-1 and 0 while it searches); the
+        choice itself is the model's (`TransformerXLLM.frozen_blocks`).
+    """
+
+    def __init__(self, num_blocks):
+        super().__init__(name="freeze_state")
+        minus_one = tf.fill([num_blocks], tf.constant(-1, tf.int64))
+        self.stable_since = tf.Variable(minus_one, trainable=False, name="stable_since")
+        self.stable_choice = tf.Variable(minus_one, trainable=False, name="stable_choice")
+        self.frozen_step = tf.Variable(minus_one, trainable=False, name="frozen_step")
+        self.frozen_probability = tf.Variable(tf.zeros([num_blocks], tf.float64),
+                                              trainable=False, name="frozen_probability")
+
+
+def _softmax(logits):
+    """Row-wise softmax of float64 [num_blocks, C] logits."""
+    z = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return z / z.sum(axis=-1, keepdims=True)
+
+
+class ParSearch(Plugin):
+    """See the module docstring."""
+
+    RUN_FILES = (plots.ARCH_HISTORY_FILE, "architecture.json", "architecture.txt",
+                 "arch_history.png", "arch_history.gif")
+
+    def __init__(self, model, config, horizon):
+        self.model = model
+        self.config = config
+        self.searching = "arch" in model.variable_groups()
+        self._tau_steps = config.search.tau_anneal_steps or horizon
+        self.arch_warmup_steps = capped_warmup(config.search.arch_warmup_steps, horizon,
+                                               ARCH_WARMUP_FRACTION)
+        self._tau = None
+        self._optimizer = None
+        self._costs = None
+        if self.searching and config.search.search_cost_coef > 0:
+            self._costs, self._fixed_cost = candidate_costs(
+                config.model, config.seq_len, config.model.mem_len)
+        self.history = plots.ArchHistory()
+        self.freezing = self.searching and config.search.freeze_threshold > 0
+        self.freeze_state = FreezeState(model.num_blocks) if self.searching else None
+        self._since = self._choice = self._frozen_step = self._frozen_probability = None
+        if self.searching:
+            self._read_freeze_state()
+            logging.info("architecture warm-up %d steps (--arch_warmup_steps=%d, at most %d%% of "
+                         "the %d planned steps)", self.arch_warmup_steps,
+                         config.search.arch_warmup_steps, round(100 * ARCH_WARMUP_FRACTION),
+                         horizon)
+        if self.freezing:
+            logging.info("progressive freezing: a block is frozen to its choice once its "
+                         "probability has stayed >= %g for %d steps after the warm-up "
+                         "(--freeze_threshold, --freeze_window)", config.search.freeze_threshold,
+                         config.search.freeze_window)
+
+    @classmethod
+    def create(cls, model, config, horizon):
+        # A PAR network: searchable (a supernet) or derived (a fixed string).
+        if not (hasattr(model, "arch_variables") and hasattr(model, "derived_architecture")):
+            return None
+        return cls(model, config, horizon)
+
+    # ------------------------------------------------------------ freezing
+
+    def _read_freeze_state(self):
+        state = self.freeze_state
+        self._since = state.stable_since.numpy().copy()
+        self._choice = state.stable_choice.numpy().copy()
+        self._frozen_step = state.frozen_step.numpy().copy()
+        self._frozen_probability = state.frozen_probability.numpy().copy()
+
+    def _write_freeze_state(self):
+        state = self.freeze_state
+        state.stable_since.assign(self._since)
+        state.stable_choice.assign(self._choice)
+        state.frozen_step.assign(self._frozen_step)
+        state.frozen_probability.assign(self._frozen_probability)
+
+    def checkpoint_objects(self):
+        return {"search": self.freeze_state} if self.searching else {}
+
+    def trace_key(self):
+        return self.model.frozen_blocks if self.searching else None
+
+    def inactive_variables(self):
+        """A frozen block's logits and its other candidates' weights."""
+        if not self.searching:
+            return []
+        inactive = []
+        for block, frozen in zip(self.model.blocks, self.model.frozen_blocks):
+            if frozen is None:
+                continue
+            inactive.append(block.arch_logits)
+            for index in range(len(block.candidates)):
+                layer = block.candidate_layer(index)
+                if index != frozen and layer is not None:
+                    inactive.extend(layer.trainable_variables)
+        return inactive
+
+    def _probabilities(self):
+        """float64 [num_blocks, C] softmax(alpha), read on the host."""
+        logits = np.stack([np.asarray(v.numpy(), np.float64)
+                           for v in self.model.variable_groups()["arch"]])
+        return _softmax(logits)
+
+    def freezes(self):
+        """The frozen blocks in freezing order: dicts block, step, choice (letter),
+        candidate (name), probability."""
+        out = []
+        for block, frozen in enumerate(self.model.frozen_blocks if self.searching else ()):
+            if frozen is None:
+                continue
+            spec = self.model.blocks[block].candidates[frozen]
+            out.append({"block": block, "step": int(self._frozen_step[block]),
+                        "choice": spec.letter, "candidate": spec.name,
+                        "probability": float(self._frozen_probability[block])})
+        return sorted(out, key=lambda f: (f["step"], f["block"]))
+
+    def after_step(self, step):
+        """Counts each searching block's steps above the threshold; freezes it after the window.
+
+        Steps of the architecture warm-up are not observed (the logits are not
+        trained yet), so the first freeze comes `freeze_window` steps after it
+        at the earliest.
+        """
+        if not self.freezing or step <= self.arch_warmup_steps:
+            return []
+        frozen = self.model.frozen_blocks
+        if all(f is not None for f in frozen):
+            return []
+        c = self.config
+        probs = self._probabilities()
+        events, changed = [], False
+        for block, choice in enumerate(frozen):
+            if choice is not None:
+                continue
+            best = int(np.argmax(probs[block]))
+            probability = float(probs[block, best])
+            if probability < c.search.freeze_threshold:
+                if self._since[block] >= 0:
+                    self._since[block], self._choice[block], changed = -1, -1, True
+                continue
+            if self._since[block] < 0 or self._choice[block] != best:
+                self._since[block], self._choice[block], changed = step, best, True
+            if step - self._since[block] + 1 >= c.search.freeze_window:
+                self.model.freeze_block(block, best)
+                self._frozen_step[block] = step
+                self._frozen_probability[block] = probability
+                changed = True
+                spec = self.model.blocks[block].candidates[best]
+                logging.info("step %d: block %d frozen to %s (%s), probability %.4f (>= %g for "
+                             "the last %d steps); frozen %s", step, block, spec.letter,
+                             spec.name, probability, c.search.freeze_threshold,
+                             c.search.freeze_window, self._frozen_pattern())
+                events.append({"frozen_block": block, "frozen_choice": best,
+                               "frozen_probability": probability})
+        if changed:
+            self._write_freeze_state()
+        if events and all(f is not None for f in self.model.frozen_blocks):
+            logging.info("step %d: every block is frozen: the run continues as the derived "
+                         "architecture %s", step, self.model.derived_architecture)
+        return events
+
+    def _frozen_pattern(self):
+        """'aa?f??': the frozen blocks' letters, '?' for those still searching."""
+        return "".join("?" if f is None else block.candidates[f].letter
+                       for block, f in zip(self.model.blocks, self.model.frozen_blocks))
+
+    @property
+    def all_frozen(self):
+        """True when every block of the supernet is frozen (the search is decided)."""
+        return self.searching and all(f is not None for f in self.model.frozen_blocks)
+
+    # ------------------------------------------------------------ the step
+
+    def optimizer_groups(self, step):
+        if not self.searching:
+            return []
+        from training.fused_adam import FusedAdam
+
+        c = self.config
+        variables = list(self.model.variable_groups()["arch"])
+        search = c.search
+        self._optimizer = FusedAdam(learning_rate=search.arch_learning_rate,
+                                    beta_1=search.arch_beta_1, beta_2=search.arch_beta_2,
+                                    epsilon=c.epsilon)
+        return [OptimizerGroup(
+            name="arch", variables=variables, optimizer=self._optimizer,
+            l2=search.arch_weight_decay, l2_variables=variables, clip_norm=0.0,
+            start_step=self.arch_warmup_steps, learning_rate=lambda: search.arch_learning_rate)]
+
+    def _expected_cost(self):
+        """Scalar float32 tensor: the expected relative FLOPs under softmax(alpha)."""
+        import tensorflow as tf
+
+        logits = tf.stack([tf.convert_to_tensor(v) for v in self.model.variable_groups()["arch"]])
+        probs = tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1)  # [num_blocks, C]
+        return tf.reduce_sum(probs * tf.constant(self._costs, tf.float32)) + self._fixed_cost
+
+    def extra_losses(self):
+        if self._costs is None:
+            return []
+        import tensorflow as tf
+
+        c = self.config
+        cost = self._expected_cost()
+        if c.search.search_cost_target > 0:  # only the cost above the target
+            cost = tf.maximum(cost - c.search.search_cost_target, 0.0)
+        return [c.search.search_cost_coef * cost]
+
+    def before_step(self, step):
+        if not self.searching:
+            return
+        c = self.config
+        self._tau = schedules.tau_at(step, c.search.tau_start, c.search.tau_end,
+                                     self._tau_steps, c.search.tau_schedule)
+        self.model.set_search_state(self._tau, step)
+
+    def step_values(self, step):
+        if not self.searching:
+            return {}
+        values = {"tau": self._tau}
+        if self._costs is not None:
+            values["expected_cost"] = self._expected_cost()
+        return values
+
+    # ------------------------------------------------------------ then retrain
+
+    def should_stop(self):
+        return self.searching and self.config.search.then_retrain and self.all_frozen
+
+    def follow_up(self, config, results):
+        """The derived architecture from scratch, when the search ended frozen (--then_retrain)."""
+        if not (self.searching and config.search.then_retrain and self.all_frozen):
+            return None
+        return retrain_config(config, self.model.derived_architecture)
+
+    def after_follow_up(self, results, followed):
+        """Adds the retrained network's best and last results to the search's metrics.json."""
+        import json
+
+        results = dict(results)
+        results["retrain"] = {"model_dir": os.path.normpath(self.config.model_dir) + "_retrain",
+                              "architecture": followed.get("architecture"),
+                              **{k: followed[k] for k in ("best", "last") if k in followed}}
+        path = os.path.join(self.config.model_dir, "metrics.json")
+        if os.path.exists(path):
+            with open(path + ".tmp", "w", encoding="utf-8") as f:
+                json.dump(results, f, indent=2, sort_keys=True)
+            os.replace(path + ".tmp", path)
+        for name, run in (("search (supernet)", results), ("derived, retrained", followed)):
+            best = run.get("best") or run.get("last")
+            if best:
+                logging.info("%s %s: best valid ppl %.2f (step %d), test ppl %.2f", name,
+                             run.get("architecture"), best["valid"]["perplexity"],
+                             best["step"], best["test"]["perplexity"])
+        return results
+
+    # ------------------------------------------------------------ the host
+
+    def on_start(self, model_dir, resumed_step):
+        path = os.path.join(model_dir, plots.ARCH_HISTORY_FILE)
+        if resumed_step is not None and os.path.exists(path):
+            self.history = plots.ArchHistory.load(path)
+            self.history.truncate(resumed_step)
+        if self.searching:
+            self._read_freeze_state()  # restored with the checkpoint
+            if any(f is not None for f in self.model.frozen_blocks):
+                logging.info("resumed with frozen blocks %s", self._frozen_pattern())
+
+    def log_values(self, step, out):
+        if not self.searching:
+            return {}
+        training = step > self.arch_warmup_steps and not self.all_frozen
+        return {"lr_arch": self.config.search.arch_learning_rate if training else 0.0,
+                "frozen_blocks": float(sum(f is not None for f in self.model.frozen_blocks))}
+
+    def on_log(self, step, summaries, model_dir):
+        if not self.searching:
+            return
+        probs = np.asarray(self.model.arch_probabilities)
+        summaries.architecture(step, probs)
+        self.history.append(step, probs)
+        self.history.save(model_dir)
+
+    def on_finish(self, results, model_dir, chief):
+        results["architecture"] = self.model.derived_architecture
+        if not self.searching:
+            return
+        c = self.config
+        probs = np.asarray(self.model.arch_probabilities)
+        updates = int(self._optimizer.iterations.numpy())
+        report = derive.derivation_report(
+            c.model, probs, c.seq_len, c.model.mem_len, batch_size=c.batch_size,
+            untrained=derive.untrained_reason(probs, updates))
+        report["freezes"] = self.freezes()
+        results["derivation"] = {k: report[k] for k in (
+            "architecture", "counts", "relative_flops", "speedup", "untrained", "freezes")}
+        if report["untrained"]:
+            logging.warning("the derived architecture %s is NOT a search result: %s",
+                            report["architecture"], report["untrained_reason"])
+        if chief:
+            derive.write_derivation(model_dir, report)
+            if len(self.history):
+                plots.plot_arch_history(
+                    self.history, os.path.join(model_dir, "arch_history.png"),
+                    os.path.join(model_dir, "arch_history.gif"),
+                    freezes={f["block"]: f["step"] for f in report["freezes"]})
+        logging.info("derived architecture %s (%s), %.3f of Transformer-XL FLOPs",
+                     report["architecture"], report["counts"], report["relative_flops"] or 0)
