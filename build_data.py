@@ -16,9 +16,9 @@ import time
 
 from absl import app, flags
 
-import pardata.quiet  # noqa: F401  (TensorFlow start-up noise; before TF is imported)
 from pardata import build  # no TensorFlow import until writing
 from pardata.errors import DataError
+import pardata.quiet  # noqa: F401  (TensorFlow start-up noise; before TF is imported)
 
 FLAGS = flags.FLAGS
 _PER_DATASET = "default: per dataset"

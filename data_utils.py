@@ -17,16 +17,37 @@ meta.json (run it before training so a damaged valid/test shard stops the run
 before the first step).
 """
 
-from pardata.build import (DATASET_DEFAULTS, DATASETS, SPLITS, BuildConfig, build_dataset,
-                           resolve_sources)
+from pardata.build import (
+                           DATASET_DEFAULTS,
+                           DATASETS,
+                           SPLITS,
+                           BuildConfig,
+                           build_dataset,
+                           resolve_sources,
+)
 from pardata.downloads import SOURCES, DatasetSource, ensure_raw_files
 from pardata.errors import DataError
 from pardata.meta import verify_built
-from pardata.records import (FORMAT_VERSION, batchify, load_built, load_meta, load_tokenizer,
-                             make_dataset, read_stream, replica_rows, unigram_counts)
+from pardata.records import (
+                           FORMAT_VERSION,
+                           batchify,
+                           load_built,
+                           load_meta,
+                           load_tokenizer,
+                           make_dataset,
+                           read_stream,
+                           replica_rows,
+                           unigram_counts,
+)
 from pardata.text import SplitSource
-from pardata.tokenizers import (TOKENIZERS, ByteTokenizer, SentencePieceTokenizer, Tokenizer,
-                                WordTokenizer, rank_by_frequency)
+from pardata.tokenizers import (
+                           TOKENIZERS,
+                           ByteTokenizer,
+                           SentencePieceTokenizer,
+                           Tokenizer,
+                           WordTokenizer,
+                           rank_by_frequency,
+)
 
 __all__ = [
     "DATASET_DEFAULTS", "DATASETS", "SPLITS", "BuildConfig", "build_dataset", "resolve_sources",

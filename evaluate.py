@@ -29,12 +29,10 @@ status 1, and nothing is written; Ctrl-C / SIGTERM end in one line
 import os
 import sys
 
-from absl import app
-from absl import flags
-from absl import logging
+from absl import app, flags, logging
 
-import pardata.quiet  # noqa: F401  (TensorFlow start-up noise; before TF is imported)
 from pardata.build import SPLITS  # no TensorFlow
+import pardata.quiet  # noqa: F401  (TensorFlow start-up noise; before TF is imported)
 
 flags.DEFINE_string("model", None, ".keras file written by export.py (model, tokenizer and "
                     "settings in one file, e.g. pretrained/wt2_base.keras); instead of "

@@ -40,9 +40,7 @@ exit status 1; Ctrl-C / SIGTERM end in one line `interrupted: ...` and status
 import os
 import sys
 
-from absl import app
-from absl import flags
-from absl import logging
+from absl import app, flags, logging
 
 import pardata.quiet  # noqa: F401  (TensorFlow start-up noise; before TF is imported)
 

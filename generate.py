@@ -29,9 +29,7 @@ import os
 import secrets
 import sys
 
-from absl import app
-from absl import flags
-from absl import logging
+from absl import app, flags, logging
 
 import pardata.quiet  # noqa: F401  (TensorFlow start-up noise; before TF is imported)
 

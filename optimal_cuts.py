@@ -14,7 +14,7 @@ Cost model (expected multiply-adds per token, arXiv 1609.04309 sec. 4):
 
 with `P_i` the probability mass of tail `i`, `|C_i| = c_i - c_{i-1}`,
 `g(k) = max(k, min_matmul_cols)`, `o = matmul_overhead` and `s = logit_cost`.
-With the defaults (all three options 0) this is exactly the DESIGN.md model
+With the defaults (all three options 0) this is exactly the plain multiply-add model
 `d*(c_0 + K) + sum_i P_i * (d*d_i + d_i*|C_i|)`. `s` charges every computed
 logit a constant beyond its multiply-adds (bias, exp, softmax gradient, memory
 traffic); s ~ 60 fits the real layer on CPU (bench/bench_adaptive_softmax.py)
@@ -360,7 +360,7 @@ def optimal_cutoffs(counts, num_tails, d_model, proj_factor=4.0, proj_dims=(),
             weighted by the probability that the product runs.
         logit_cost: extra cost `s >= 0` of every computed logit, in
             multiply-add equivalents (bias, exp, softmax gradient, memory
-            traffic). 0 is the DESIGN.md multiply-add model; ~60 fits the
+            traffic). 0 is the plain multiply-add model; ~60 fits the
             layer on CPU (bench/bench_adaptive_softmax.py).
         method: "auto" (= "divide_and_conquer") or "quadratic" (plain O(K N^2)
             DP, for verification).
@@ -550,7 +550,7 @@ def _define_flags():
                        "multiply-adds) per matrix product.")
     flags.DEFINE_float("logit_cost", 0.0, "Extra cost per computed logit "
                        "(bias, exp, softmax gradient, memory traffic) in "
-                       "multiply-add equivalents, >= 0. 0 = the DESIGN.md "
+                       "multiply-add equivalents, >= 0. 0 = the plain "
                        "multiply-add model; ~60 fits this CPU, per "
                        "bench/bench_adaptive_softmax.py.")
     flags.DEFINE_enum("method", "auto", METHODS, "Solver (quadratic: slow "

@@ -23,12 +23,10 @@ import dataclasses
 import os
 import sys
 
-from absl import app
-from absl import flags
-from absl import logging
+from absl import app, flags, logging
 
-import pardata.quiet  # noqa: F401  (TensorFlow start-up noise; before TF is imported)
 from model.config_base import cutoffs_problem
+import pardata.quiet  # noqa: F401  (TensorFlow start-up noise; before TF is imported)
 from training import config as c
 from training.config import ConfigError, TrainConfig
 

@@ -13,7 +13,7 @@ unigram distribution: the real WikiText-2 word ranking for V = 33,278
 (or --counts_file) otherwise. The two steps are interleaved (alternating which
 goes first) after a warm-up, and medians over --repeats are reported together
 with the ratio measured in the same run and the speed-up the cost model of
-DESIGN.md predicts, `d*V / (d*(c_0+K) + sum_i P_i (d*d_i + d_i*|C_i|))`.
+the plain multiply-add model predicts, `d*V / (d*(c_0+K) + sum_i P_i (d*d_i + d_i*|C_i|))`.
 
 That model counts matmul multiply-adds only. On CPU every logit also pays for
 the bias, the softmax (exp, sums, gradient) and memory traffic, which matters
@@ -24,7 +24,7 @@ development machine (several cutoff sets, V = 33,278, D = 128).
 
 Without --cutoffs the cutoffs are `optimal_cuts.optimal_cutoffs(...,
 logit_cost=--solver_logit_cost)`, i.e. the minimisers of that same model with
-s = --solver_logit_cost (default 60; 0 gives the DESIGN.md cutoffs). The two
+s = --solver_logit_cost (default 60; 0 gives the plain multiply-add model's cutoffs). The two
 flags are the same quantity but kept apart on purpose: --solver_logit_cost
 picks the cutoffs, --logit_cost only scores them, so cutoffs chosen with s = 0
 and s = 60 can be compared under one prediction.
@@ -80,10 +80,10 @@ def parse_args(argv):
                         help="Keras dtype policy, e.g. mixed_bfloat16.")
     parser.add_argument("--logit_cost", type=float, default=60.0,
                         help="Per-logit cost s (multiply-add units) of the second predicted "
-                        "column; 0 is the DESIGN.md model.")
+                        "column; 0 is the plain multiply-add model.")
     parser.add_argument("--solver_logit_cost", type=float, default=60.0,
                         help="Per-logit cost s passed to optimal_cuts.optimal_cutoffs when "
-                        "--cutoffs is not given; 0 is the DESIGN.md multiply-add model.")
+                        "--cutoffs is not given; 0 is the plain multiply-add model.")
     parser.add_argument("--seed", type=int, default=0,
                         help="Seed of the hidden states and targets.")
     args = parser.parse_args(argv)
@@ -137,7 +137,7 @@ def choose_cutoffs(counts, d_model, args):
 
 
 def predicted_speedup(counts, cutoffs, d_model, dims, logit_cost=0.0):
-    """Full-softmax cost over the adaptive one; logit_cost=0 is DESIGN.md's."""
+    """Full-softmax cost over the adaptive one; logit_cost=0 is the plain multiply-add model's."""
     probs = np.asarray(counts, np.float64) / np.sum(counts)
     bounds = (0,) + tuple(cutoffs) + (len(counts),)
     cost = (d_model + logit_cost) * (bounds[1] + len(cutoffs))
@@ -211,7 +211,7 @@ def main(argv=None):
               "not used")
     else:
         print(f"cutoffs: optimal_cuts with solver logit cost s={args.solver_logit_cost:g} "
-              "(--solver_logit_cost; 0 = DESIGN.md multiply-add model)")
+              "(--solver_logit_cost; 0 = plain multiply-add model)")
     print()
     print(common.markdown_table(
         ["V", "D", "targets", "cutoffs (source)", "tail dims", "adaptive tok/s", "full tok/s",

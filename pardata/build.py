@@ -10,14 +10,20 @@ import json
 import os
 import re
 
-import numpy as np
 from absl import logging
+import numpy as np
 
 from pardata import downloads, tokenizers
 from pardata import meta as meta_lib
 from pardata.errors import DataError
-from pardata.text import (Heartbeat, Progress, SplitSource, count_words_lines, decode_utf8,
-                          iter_chunks)
+from pardata.text import (
+    Heartbeat,
+    Progress,
+    SplitSource,
+    count_words_lines,
+    decode_utf8,
+    iter_chunks,
+)
 
 SPLITS = ("train", "valid", "test")
 DATASETS = tuple(downloads.SOURCES) + ("text",)

@@ -11,8 +11,8 @@ column of one record is the first of the next: inputs [:, :T], targets
 [:, 1:]). Every transition of the kept prefix [0, B*R*T] is thus trained
 exactly once, including those across row boundaries. The L - (B*R*T + 1) ids
 after it are dropped; they are one contiguous tail of the stream, fewer than
-B*T, counted in meta as `dropped_ids`. (DESIGN.md cuts disjoint rows of
-L // B ids, which never trains the B - 1 transitions between rows.)
+B*T, counted in meta as `dropped_ids`. (Cutting disjoint rows of L // B ids
+instead would never train the B - 1 transitions between rows.)
 
 Training never sees the tail, but evaluation scores every transition of a
 split, so the build stores it in `{split}-tail.txt` (one id per line, in
@@ -29,9 +29,18 @@ import tensorflow as tf
 
 from pardata import tokenizers
 from pardata.errors import DataError
-from pardata.meta import (FORMAT_VERSION, META_FILE, check_shards, file_sha256,  # noqa: F401
-                          load_meta, rebuild_hint, split_info, tail_name, tail_path,
-                          verify_built)
+from pardata.meta import (  # noqa: F401
+    FORMAT_VERSION,
+    META_FILE,
+    check_shards,
+    file_sha256,
+    load_meta,
+    rebuild_hint,
+    split_info,
+    tail_name,
+    tail_path,
+    verify_built,
+)
 from pardata.text import Progress
 
 # meta.json reading and the shard checks live in pardata.meta (no TensorFlow)

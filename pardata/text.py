@@ -11,8 +11,8 @@ import threading
 import time
 from typing import Iterator
 
-import numpy as np
 from absl import logging
+import numpy as np
 
 from pardata.errors import DataError, NotUtf8Error
 

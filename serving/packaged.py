@@ -37,6 +37,7 @@ import keras
 
 from model.families import FAMILIES, build_model, family_of
 from model.interface import check_model
+
 # The families' layers must be registered before a package is deserialized.
 import model.sha_rnn.model  # noqa: F401
 import model.transformer_xl.model  # noqa: F401

@@ -4,8 +4,8 @@ and the quick look's schedules are planned for its own 3,000 steps."""
 import os
 import subprocess
 
-import pytest
 from absl import flags
+import pytest
 
 
 def _train_args(project_root, tmp_path, *args):

@@ -11,9 +11,8 @@ import sys
 import numpy as np
 import pytest
 
-from tests.helpers.runs import build_data
-
 from tests.helpers import PROJECT_ROOT
+from tests.helpers.runs import build_data
 
 PROJECT_ROOT = str(PROJECT_ROOT)
 ENV = dict(os.environ, PYTHONPATH=PROJECT_ROOT, TF_CPP_MIN_LOG_LEVEL="2")

@@ -7,7 +7,6 @@ fails here until the page follows.
 """
 
 import ast
-import pathlib
 import re
 
 from tests.helpers import PROJECT_ROOT

@@ -32,9 +32,11 @@ import re
 import sys
 import types
 
-from absl import app  # noqa: F401  imported before any script: absl's own flags
-from absl import flags  # (logging, pdb, profiling) stay on the global flags.FLAGS
-from absl import logging  # noqa: F401
+from absl import (
+    app,  # noqa: F401  imported before any script: absl's own flags
+    flags,  # (logging, pdb, profiling) stay on the global flags.FLAGS
+    logging,  # noqa: F401
+)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "flags.md"

@@ -43,8 +43,7 @@ from training import checkpoint as checkpoint_lib
 from training import interrupt, metrics, run_dir, run_lock, summaries
 from training import strategy as strategy_lib
 from training.checkpoint import NonFiniteError
-from training.config import (ConfigError, check_data, check_model_dir, check_replicas,
-                             check_resume)
+from training.config import ConfigError, check_data, check_model_dir, check_replicas, check_resume
 from training.interrupt import TrainingInterrupted
 from training.trainer import Trainer
 

@@ -1,6 +1,6 @@
 """tf.distribute strategies and the row-exact feeding of context-batched data.
 
-Context batching (DESIGN.md section 2) makes row b of batch t+1 continue row b
+Context batching (docs/data.md) makes row b of batch t+1 continue row b
 of batch t, so a replica's memory is only valid if the replica always sees the
 same rows. The host therefore reads the *global* batch `[B, T]` and gives
 replica r (its id in the sync group, global across workers) rows
@@ -21,7 +21,6 @@ import tensorflow as tf
 
 import data_utils
 from training.config import STRATEGIES, ConfigError
-
 
 
 def make_strategy(name, num_cpu_replicas=None, tpu=""):

@@ -64,7 +64,6 @@ from training import metrics, optimizers, plugins, schedules
 from training import strategy as strategy_lib
 from training.config import WARMUP_FRACTION, capped_warmup, check_batch_split, total_steps
 
-
 EVAL_PROGRESS_SECONDS = 10.0  # a progress line at most this often during evaluation
 
 

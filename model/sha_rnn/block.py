@@ -31,7 +31,13 @@ import tensorflow as tf
 from model.layers.dropout import FastDropout
 from model.layers.layer_norm import LayerNorm
 from model.layers.relative_attention import clone_initializer
-from model.sha_rnn.attention import SingleHeadAttention, init_stddev, offset_seed, sigmoid_gelu, next_memory
+from model.sha_rnn.attention import (
+    SingleHeadAttention,
+    init_stddev,
+    next_memory,
+    offset_seed,
+    sigmoid_gelu,
+)
 
 LAYER_NORM_EPSILON = 1e-12  # the reference's LayerNorm(eps=1e-12)
 

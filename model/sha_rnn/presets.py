@@ -23,7 +23,7 @@ PRESETS: dict[str, dict] = {
     #   main.py --epochs 32 --dropouth 0.1 --dropouti 0.1 --dropout 0.1
     #       --optimizer lamb --bptt 1024 --warmup 800 --lr 2e-3 --emsize 1024
     #       --nhid 4096 --nlayers 4 --batch_size 16
-    # (DESIGN.md says batch 8, the size the README suggests for the variant
+    # (Batch 8 is the size the reference README suggests for the variant
     # with attention in every layer.) Trainer settings, not model fields:
     # LAMB, lr 2e-3, 800 warm-up steps, bptt 1024 (the trainer's seq_len comes
     # from the data), main.py defaults clip 0.25 and weight decay 1.2e-6.

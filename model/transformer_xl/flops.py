@@ -18,8 +18,8 @@ the layers compute it: the full [T, K] score matrix, masked entries included.
 
 import math
 
-from model.transformer_xl.config import SUPERNET, TRANSFORMER_XL, transformer_xl_architecture
 from model.config_base import tail_dims
+from model.transformer_xl.config import SUPERNET, TRANSFORMER_XL, transformer_xl_architecture
 
 # The adaptive-span layer keeps memory in multiples of this many positions.
 SPAN_TRIM_MULTIPLE = 64

@@ -15,8 +15,7 @@ import signal
 
 import pytest
 
-from tests.helpers.faults import (STEPS, assert_same_checkpoint, leftovers, run_child,
-                                   run_flags)
+from tests.helpers.faults import STEPS, assert_same_checkpoint, leftovers, run_child, run_flags
 
 LINE = "interrupted at step {}: checkpoint written; run the same command to resume"
 

@@ -109,9 +109,10 @@ def make_family_run(model_dir, data_dir, family, architecture="afaf", seed=0):
     """
     import shutil
 
-    import data_utils
     import keras
     import tensorflow as tf
+
+    import data_utils
     from model.families import build_model, get_family
     from training.checkpoint import _VariableList
     from training.config import TrainConfig

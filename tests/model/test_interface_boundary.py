@@ -7,7 +7,6 @@ Family-specific research add-ons live in training/plugins/<name>.py.
 """
 
 import ast
-import pathlib
 
 import pytest
 

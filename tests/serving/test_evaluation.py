@@ -18,9 +18,8 @@ import sys
 import numpy as np
 import pytest
 
-from tests.helpers.runs import LINES, make_run
-
 from tests.helpers import PROJECT_ROOT
+from tests.helpers.runs import LINES, make_run
 
 PROJECT_ROOT = str(PROJECT_ROOT)
 ENV = dict(os.environ, PYTHONPATH=PROJECT_ROOT, TF_CPP_MIN_LOG_LEVEL="2")
@@ -157,6 +156,7 @@ def test_same_length_equals_a_window_per_position(data, tmp_path):
     positions p - M .. p (zeros before the row's start, the zero initial state),
     recomputed here with plain attention, each window in one pass."""
     import tensorflow as tf
+
     from serving.evaluation import StreamEvaluator
     from serving.generation import load_run
 

@@ -66,8 +66,9 @@ def random_state(model, batch, mem, rng):
 
 def check_exports(run, tmp_path, family_module):
     """Exports `run` both ways, reloads them in a clean process, compares outputs."""
-    import data_utils
     import tensorflow as tf
+
+    import data_utils
     from serving import export
 
     model = run.model

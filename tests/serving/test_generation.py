@@ -16,6 +16,7 @@ import pytest
 
 from tests.helpers.runs import BEST_STEP, LATEST_STEP, PROMPT, build_data, make_model, make_run
 
+
 def full_log_probs(model, context):
     """Next-token log-probs after `context`, recomputed from scratch with no memory: [V]."""
     hidden, _ = model(np.asarray(context, np.int32)[None], None, training=False)
@@ -215,6 +216,7 @@ def test_filter_logits_matches_numpy(top_k, top_p):
 
 def test_sampled_frequencies_follow_the_filtered_distribution():
     import tensorflow as tf
+
     from serving.generation import sample_tokens
 
     logits = np.log(np.array([0.35, 0.25, 0.2, 0.1, 0.06, 0.04]))

@@ -1,12 +1,10 @@
 """tools/spm_from_vocab.py: a model rebuilt from its .vocab encodes like the model."""
 
-import pathlib
 import subprocess
 import sys
 
 import pytest
 import sentencepiece as spm
-
 from sentencepiece import sentencepiece_model_pb2 as model_pb2
 
 from tests.helpers import PROJECT_ROOT

@@ -9,8 +9,15 @@ model's token NLL at trace time) and the step is traced once.
 import numpy as np
 import pytest
 
-from tests.helpers.trainers import (EXTRA_LOSS_FLAGS, FAMILY_FLAGS, as_arrays, assert_close,
-                                   family_config, first_batches, make_trainer)
+from tests.helpers.trainers import (
+    EXTRA_LOSS_FLAGS,
+    FAMILY_FLAGS,
+    as_arrays,
+    assert_close,
+    family_config,
+    first_batches,
+    make_trainer,
+)
 
 STEPS = 4
 

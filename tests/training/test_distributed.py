@@ -204,6 +204,7 @@ def test_mirrored_with_batch_split_equals_default(distributed_runs, family):
 @pytest.mark.parametrize("family", sorted(_FAMILY_FLAGS))
 def test_multi_worker_two_local_workers_agree_with_default(distributed_runs, family):
     import tensorflow as tf
+
     from training.loop import read_training_log
 
     report, weights, mw = distributed_runs[family]

@@ -87,8 +87,8 @@ def test_resume_with_more_steps_keeps_lr_and_tau(tiny_config_factory, tmp_path):
 @pytest.mark.slow
 def test_short_search_caps_warmups_and_trains_the_architecture(tiny_config_factory, tmp_path,
                                                                caplog):
-    from training.plugins.par_search import derive
     from training.loop import train
+    from training.plugins.par_search import derive
 
     caplog.set_level(logging.INFO, logger="absl")
     # base_model.sh's warm-ups on a 40-step run: capped at 4 and 8 steps.
@@ -114,8 +114,8 @@ def test_short_search_caps_warmups_and_trains_the_architecture(tiny_config_facto
 
 @pytest.mark.slow
 def test_untrained_derivation_is_flagged(tiny_config_factory, tmp_path, caplog):
-    from training.plugins.par_search import derive
     from training.loop import train
+    from training.plugins.par_search import derive
 
     caplog.set_level(logging.INFO, logger="absl")
     config = tiny_config_factory(tmp_path / "untrained", max_steps=6, arch_learning_rate=1e-9,

@@ -83,9 +83,10 @@ def test_decayed_set_is_chosen_by_role(tiny_data, tmp_path, family, flags):
     ("transformer_xl", "adagrad"), ("sha_rnn", "lamb"), ("sha_rnn", "adam")])
 def test_only_decay_moves_weights_then_training_moves_all(tiny_data, tmp_path, family,
                                                           optimizer):
-    import data_utils
     import keras
     import tensorflow as tf
+
+    import data_utils
     from training.optimizers import DECOUPLED, L2, get_optimizer
     from training.trainer import Trainer
 

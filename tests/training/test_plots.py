@@ -3,8 +3,8 @@
 import json
 
 import numpy as np
-import pytest
 from PIL import Image
+import pytest
 
 from training.plugins.par_search.plots import ARCH_HISTORY_FILE, ArchHistory, plot_arch_history
 

@@ -5,8 +5,8 @@ before the end of its planned schedules says so in its last line."""
 import logging
 import shlex
 
-import pytest
 from absl import flags
+import pytest
 
 
 class _Stop(Exception):

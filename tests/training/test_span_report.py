@@ -33,6 +33,7 @@ def test_spans_figure_draws_every_head():
 @pytest.mark.slow
 def test_adaptive_span_run_writes_spans_figure_and_metrics(make_config, tmp_path):
     import tensorflow as tf
+
     from training.loop import train
     from training.plugins.span_report.plots import SPANS_PNG
 

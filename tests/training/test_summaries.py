@@ -5,9 +5,9 @@ import io
 import os
 
 import numpy as np
+from PIL import Image
 import pytest
 import tensorflow as tf
-from PIL import Image
 
 from training.summaries import TrainSummaries, arch_image
 

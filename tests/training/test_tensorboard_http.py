@@ -17,8 +17,8 @@ import urllib.parse
 import urllib.request
 
 import numpy as np
-import pytest
 from PIL import Image
+import pytest
 
 from training.summaries import TrainSummaries, arch_image
 

@@ -35,6 +35,7 @@ def supernet_run(tiny_config_factory, tmp_path_factory):
 def _load_model(config, checkpoint):
     """A fresh model with the weights of `checkpoint` (read by hand, not by the trainer)."""
     import tensorflow as tf
+
     from model.families import build_model
 
     model = build_model(config.model)
@@ -46,8 +47,9 @@ def _load_model(config, checkpoint):
 
 def _direct_metrics(model, config, split):
     """Split metrics from the model's full log-probabilities, summed in float64."""
-    import data_utils
     import tensorflow as tf
+
+    import data_utils
 
     meta = data_utils.load_meta(config.data_dir)
 
@@ -180,6 +182,7 @@ def test_derived_architecture_trains_from_scratch(supernet_run, tmp_path):
 @pytest.mark.slow
 def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(make_config, tmp_path):
     import tensorflow as tf
+
     from training.loop import NonFiniteError, train
 
     # A learning rate of 1e30 makes the first update explode the weights.
@@ -199,9 +202,10 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(make_config, tmp_p
 @pytest.mark.slow
 @pytest.mark.parametrize("precision", ["mixed_bfloat16", "mixed_float16"])
 def test_mixed_precision_steps(make_config, tiny_data, precision):
-    import data_utils
     import keras
     import tensorflow as tf
+
+    import data_utils
     from model.families import build_model
     from training.trainer import Trainer
 

@@ -6,13 +6,13 @@ import os
 import shutil
 import types
 
-import pytest
 from absl import flags
+import pytest
 
 import data_utils
-import train as train_cli
-from model.transformer_xl.presets import preset_config
 from model.transformer_xl.config import ModelConfig
+from model.transformer_xl.presets import preset_config
+import train as train_cli
 from training.config import ConfigError, TrainConfig
 
 
@@ -196,6 +196,7 @@ def test_cli_errors_are_one_line_and_write_nothing(tiny_data, tmp_path, cli_case
 
 def test_strategy_errors(monkeypatch):
     import tensorflow as tf
+
     from training.strategy import make_strategy
 
     monkeypatch.delenv("TF_CONFIG", raising=False)

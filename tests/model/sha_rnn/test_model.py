@@ -15,12 +15,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from model.sha_rnn.model import ShaRnnLM, build_sha_rnn
 from model.sha_rnn.attention import SingleHeadAttention
 from model.sha_rnn.block import Boom
-from model.sha_rnn.presets import PRESETS
 from model.sha_rnn.config import ShaRnnConfig
-from model.sha_rnn.presets import sha_rnn_preset
+from model.sha_rnn.model import ShaRnnLM, build_sha_rnn
+from model.sha_rnn.presets import PRESETS, sha_rnn_preset
 
 B, V, D, F = 2, 16, 8, 16
 EPS = 1e-12

@@ -107,8 +107,8 @@ def test_a_supernet_searches_derives_and_plots_four_candidates(glu_registered, w
                                                                tmp_path):
     from absl import flags
 
-    import train as train_cli
     from model.families import build_model
+    import train as train_cli
     from training.loop import train
     from training.plugins.par_search import derive, plots
 

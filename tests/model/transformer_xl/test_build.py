@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from model.transformer_xl import flops
-from model.transformer_xl.presets import PRESETS, preset_config
 from model.families import build_model
+from model.transformer_xl import flops
 from model.transformer_xl.config import ModelConfig
 from model.transformer_xl.model import TransformerXLLM
+from model.transformer_xl.presets import PRESETS, preset_config
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))

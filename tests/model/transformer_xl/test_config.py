@@ -1,14 +1,12 @@
 """Tests for model/transformer_xl/config.py: validation messages, helpers, JSON round trip."""
 
 import json
-import pathlib
 import subprocess
 import sys
 
 import pytest
 
 from model.transformer_xl.config import ModelConfig
-
 from tests.helpers import PROJECT_ROOT
 
 

@@ -9,9 +9,9 @@ import pytest
 import tensorflow as tf
 
 from model.families import build_model
-from model.transformer_xl.presets import preset_config
 from model.transformer_xl.config import ModelConfig
 from model.transformer_xl.model import TransformerXLLM
+from model.transformer_xl.presets import preset_config
 
 B, V, D = 2, 64, 32
 

@@ -17,9 +17,9 @@ import json
 import math
 import os
 
-import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+import numpy as np
 from PIL import Image
 
 from model.transformer_xl import blocks

@@ -56,9 +56,9 @@ import tensorflow as tf
 
 from model.transformer_xl import blocks, flops
 from training import schedules
-from training.plugins.par_search import derive, plots
 from training.config import capped_warmup
 from training.plugins import OptimizerGroup, Plugin
+from training.plugins.par_search import derive, plots
 
 # The architecture warm-up is at most this fraction of the planned steps.
 ARCH_WARMUP_FRACTION = 0.2

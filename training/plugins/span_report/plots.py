@@ -8,9 +8,9 @@ which is what each head actually attends with. Matplotlib is used through
 its Agg canvas (no pyplot, no display).
 """
 
-import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+import numpy as np
 
 SPANS_PNG = "spans.png"
 

@@ -13,8 +13,8 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from training.plugins.span_report import plots as span_plots
 from training.plugins import Plugin
+from training.plugins.span_report import plots as span_plots
 
 
 class SpanReport(Plugin):
