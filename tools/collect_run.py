@@ -28,12 +28,12 @@ import shutil
 import sys
 import tempfile
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from training import run_dir as names
+from training.plugins.par_search.derive import ARCHITECTURE_JSON, ARCHITECTURE_TXT
+from training.plugins.par_search.plots import ARCH_HISTORY_FILE
+from training.plugins.span_report.plots import SPANS_PNG
 
-from training import run_dir as names  # noqa: E402  (after the path insert)
-from training.derive import ARCHITECTURE_JSON, ARCHITECTURE_TXT  # noqa: E402
-from training.plots import ARCH_HISTORY_FILE  # noqa: E402
-from training.span_plots import SPANS_PNG  # noqa: E402
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 ARTEFACTS = (names.CONFIG_FILE, names.METRICS_FILE, names.TRAINING_LOG, ARCHITECTURE_JSON,
              ARCHITECTURE_TXT, ARCH_HISTORY_FILE, SPANS_PNG)
