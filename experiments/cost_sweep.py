@@ -77,6 +77,8 @@ import time
 from bench import common  # no TensorFlow, nor the two imports below
 from experiments.compare_families import built_meta, close_killed_attempts, run_status, tail
 from model.transformer_xl.config import transformer_xl_architecture
+from training import run_dir as names
+from training.plugins.par_search.derive import ARCHITECTURE_JSON
 
 ROOT = common.ROOT
 BASE_MODEL = ROOT / "base_model.sh"
@@ -210,7 +212,7 @@ def run_train(command, run_dir, max_steps, heartbeat):
                     pass
                 if heartbeat and time.perf_counter() - last >= heartbeat:
                     last = time.perf_counter()
-                    row = last_logged(run_dir / "training_log.log")
+                    row = last_logged(run_dir / names.TRAINING_LOG)
                     if row:
                         print(f"    {run_dir.name}: step {row['step']}/{max_steps}, loss "
                               f"{float(row['loss']):.3f}, "
@@ -264,10 +266,10 @@ def run_stage(name, max_steps, stage_flags, args):
 
 def search_summary(run_dir):
     """The derived architecture of a finished search and what led to it."""
-    report = common.read_json(run_dir / "architecture.json")
+    report = common.read_json(run_dir / ARCHITECTURE_JSON)
     if report is None:
         raise SweepError(f"{run_dir} finished without architecture.json (not a supernet run?)")
-    expected = last_logged(run_dir / "training_log.log").get("expected_cost")
+    expected = last_logged(run_dir / names.TRAINING_LOG).get("expected_cost")
     return dict(run_dir=str(run_dir), architecture=report["architecture"],
                 untrained=report["untrained"], relative_flops=report["relative_flops"],
                 probabilities=report["probabilities"],
@@ -276,7 +278,7 @@ def search_summary(run_dir):
 
 def retrain_summary(run_dir):
     """Valid and test metrics of the last checkpoint of a finished retrain."""
-    metrics = common.read_json(run_dir / "metrics.json")
+    metrics = common.read_json(run_dir / names.METRICS_FILE)
     valid, test = metrics["last"]["valid"], metrics["last"]["test"]
     return dict(run_dir=str(run_dir), steps=metrics["step"],
                 valid_perplexity=valid["perplexity"],

@@ -55,7 +55,7 @@ import numpy as np
 import tensorflow as tf
 
 from model.transformer_xl import blocks, flops
-from training import schedules
+from training import run_dir, schedules
 from training.config import capped_warmup
 from training.plugins import OptimizerGroup, Plugin
 from training.plugins.par_search import derive, plots
@@ -127,7 +127,7 @@ def _softmax(logits):
 class ParSearch(Plugin):
     """See the module docstring."""
 
-    RUN_FILES = (plots.ARCH_HISTORY_FILE, "architecture.json", "architecture.txt",
+    RUN_FILES = (plots.ARCH_HISTORY_FILE, derive.ARCHITECTURE_JSON, derive.ARCHITECTURE_TXT,
                  "arch_history.png", "arch_history.gif")
 
     def __init__(self, model, config, horizon):
@@ -343,17 +343,13 @@ class ParSearch(Plugin):
 
     def after_follow_up(self, results, followed):
         """Adds the retrained network's best and last results to the search's metrics.json."""
-        import json
-
         results = dict(results)
         results["retrain"] = {"model_dir": os.path.normpath(self.config.model_dir) + "_retrain",
                               "architecture": followed.get("architecture"),
                               **{k: followed[k] for k in ("best", "last") if k in followed}}
-        path = os.path.join(self.config.model_dir, "metrics.json")
+        path = os.path.join(self.config.model_dir, run_dir.METRICS_FILE)
         if os.path.exists(path):
-            with open(path + ".tmp", "w", encoding="utf-8") as f:
-                json.dump(results, f, indent=2, sort_keys=True)
-            os.replace(path + ".tmp", path)
+            run_dir.atomic_write_json(path, results)
         for name, run in (("search (supernet)", results), ("derived, retrained", followed)):
             best = run.get("best") or run.get("last")
             if best:
