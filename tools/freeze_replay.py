@@ -1,7 +1,7 @@
 r"""What progressive freezing would have done on a finished search, from its arch_history.json.
 
-    python tools/freeze_replay.py docs/results/wt2_base_20ep
-    python tools/freeze_replay.py docs/results/wt2_base_20ep --thresholds=0.9,0.97 \
+    python -m tools.freeze_replay docs/results/wt2_base_20ep
+    python -m tools.freeze_replay docs/results/wt2_base_20ep --thresholds=0.9,0.97 \
         --windows=1000,2000 --arch_warmup_steps=2000
 
 Replays the rule of docs/freezing.md on the logged probabilities (one entry
@@ -24,8 +24,6 @@ import pathlib
 import sys
 
 import numpy as np
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def load_history(path):
@@ -91,7 +89,6 @@ def main(argv=None):
     parser.add_argument("--arch_warmup_steps", type=int, default=None,
                         help="default: the run's config.json (search.arch_warmup_steps), else 0")
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(ROOT))
     steps, probs, choices = load_history(args.run)
     letters = _letters(choices)
     warmup = args.arch_warmup_steps

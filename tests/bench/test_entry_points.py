@@ -13,7 +13,8 @@ ENTRY_POINTS = [
     "bench.bench_span", "bench.bench_train", "bench.profile_step",
     "experiments.bench_commits", "experiments.bench_commits_worker",
     "experiments.compare_families", "experiments.cost_sweep",
-    "tools.bench_tables", "tools.collect_run", "tools.flags_doc", "tools.spm_from_vocab",
+    "tools.bench_tables", "tools.collect_run", "tools.flags_doc", "tools.freeze_replay",
+    "tools.spm_from_vocab",
 ]
 
 

@@ -164,7 +164,7 @@ def test_quick_pipeline_runs_then_only_reads(tiny_build, tmp_path, capsys):
     assert row["relative_flops"] == report["relative_flops"]
     search_config = json.loads((search_dir / "config.json").read_text())
     assert search_config["model"]["search_mode"] == "hard"
-    assert search_config["search_cost_coef"] == 0.0 and search_config["max_steps"] == 12
+    assert search_config["search"]["search_cost_coef"] == 0.0 and search_config["max_steps"] == 12
     # The retrain is the derived architecture from scratch, evaluated (4 records in --quick).
     retrain_config = json.loads((retrain_dir / "config.json").read_text())
     assert retrain_config["model"]["architecture"] == arch and retrain_config["max_steps"] == 8
