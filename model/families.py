@@ -37,6 +37,8 @@ class Family:
             model's module (and TensorFlow) only when called.
         train_defaults: preset name -> TrainConfig field values the preset
             recommends (e.g. its optimizer); flags given by the user win.
+        register_keras_objects: `() -> None`, registers the family's Keras
+            classes for `keras.saving.load_model` (imports TensorFlow).
     """
 
     name: str
@@ -45,6 +47,7 @@ class Family:
     presets: dict
     default_preset: str
     builder: Callable
+    register_keras_objects: Callable
     train_defaults: dict = dataclasses.field(default_factory=dict)
 
     def build(self, config, dtype=None):
@@ -99,6 +102,7 @@ def _families():
             presets=transformer_xl_presets.PRESETS,
             default_preset="wt2_base",
             builder=transformer_xl.build,
+            register_keras_objects=transformer_xl.register_keras_objects,
         ),
         Family(
             name="sha_rnn",
@@ -108,6 +112,7 @@ def _families():
             presets=sha_rnn_presets.PRESETS,
             default_preset="sha_rnn_small",
             builder=sha_rnn.build,
+            register_keras_objects=sha_rnn.register_keras_objects,
             train_defaults=sha_rnn_presets.TRAIN_DEFAULTS,
         ),
     ]
@@ -140,6 +145,12 @@ def family_of(config):
     known = ", ".join(f.config_class.__name__ for f in FAMILIES.values())
     raise TypeError(f"build_model expects a model family's config ({known}), "
                     f"got {type(config).__name__}")
+
+
+def register_keras_objects():
+    """Registers every family's Keras classes, before a `.keras` file is loaded."""
+    for family in FAMILIES.values():
+        family.register_keras_objects()
 
 
 def build_model(config, dtype=None):

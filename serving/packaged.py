@@ -35,16 +35,15 @@ import zipfile
 
 import keras
 
-from model.families import FAMILIES, build_model, family_of
+from model.families import FAMILIES, build_model, family_of, register_keras_objects
 from model.interface import check_model
-
-# The families' layers must be registered before a package is deserialized.
-import model.sha_rnn.model  # noqa: F401
-import model.transformer_xl.model  # noqa: F401
 from pardata import tokenizers
 from pardata.errors import DataError
 from serving.generation import GenerationError, Run, _override_model
 from training.config import TrainConfig
+
+# The families' layers must be registered before a package is deserialized.
+register_keras_objects()
 
 PACKAGE_CLASS = "par>PackagedLM"
 STORAGE_DTYPES = ("float32", "float16", "bfloat16")
@@ -273,7 +272,11 @@ def _model_config(lm):
     """The family config of a loaded model (from its Keras config)."""
     family = FAMILIES[lm.family]
     fields = {f.name for f in dataclasses.fields(family.config_class)}
-    values = {k: v for k, v in lm.get_config().items() if k in fields}
+    keras_config = lm.get_config()
+    # A model keeps its config whole under "config" or its fields at the top level.
+    nested = keras_config.get("config")
+    values = {k: v for k, v in (nested if isinstance(nested, dict) else keras_config).items()
+              if k in fields}
     return family.config_from_dict(values)
 
 

@@ -15,3 +15,9 @@ def build(config, dtype=None):
     from model.sha_rnn.model import build_sha_rnn
 
     return build_sha_rnn(config, dtype=dtype)
+
+
+def register_keras_objects():
+    """Registers the family's Keras classes (importing its model module does), so that
+    `keras.saving.load_model` can deserialize them."""
+    import model.sha_rnn.model  # noqa: F401

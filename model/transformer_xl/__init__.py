@@ -36,3 +36,9 @@ def build(config, dtype=None):
     model = TransformerXLLM(config, dtype=dtype)
     model.build((None, None))  # [B, T]
     return model
+
+
+def register_keras_objects():
+    """Registers the family's Keras classes (importing its model module does), so that
+    `keras.saving.load_model` can deserialize them."""
+    import model.transformer_xl.model  # noqa: F401
