@@ -286,6 +286,7 @@ def _at_evaluation(fault, mock):
 @contextlib.contextmanager
 def _at_save(fault, mock):
     import tensorflow as tf
+    from tensorflow.python.checkpoint import functional_saver
 
     from training import run_dir
 
@@ -303,12 +304,31 @@ def _at_save(fault, mock):
             signum = _signal(fault["signal"])
             _kill_self(signum)
             if fault.get("again"):
-                _when_exists(temp, lambda: _kill_self(signum))
+                mid_write.append(lambda: _kill_self(signum))
         if fault.get("kill"):
-            _when_exists(temp, lambda: _kill_self(signal.SIGKILL))
-        return original(self, checkpoint_number, *args, **kwargs)
+            mid_write.append(lambda: _kill_self(signal.SIGKILL))
+        # A watcher thread too, in case the save runs as one traced function.
+        for act in mid_write:
+            _when_exists(temp, act)
+        try:
+            return original(self, checkpoint_number, *args, **kwargs)
+        finally:
+            mid_write.clear()
 
-    with mock.patch.object(manager_class, "save", save):
+    # An eager save writes the shards into <prefix>_temp, then merges them into
+    # <prefix> by this op: the signal goes out between the two, while the
+    # checkpoint is half written (a watcher thread alone can miss the moment on
+    # a loaded machine).
+    mid_write = []
+    merge = functional_saver.gen_io_ops.merge_v2_checkpoints
+
+    def merge_v2_checkpoints(*args, **kwargs):
+        for act in list(mid_write):
+            act()
+        return merge(*args, **kwargs)
+
+    with mock.patch.object(manager_class, "save", save), mock.patch.object(
+            functional_saver.gen_io_ops, "merge_v2_checkpoints", merge_v2_checkpoints):
         yield
 
 
