@@ -226,7 +226,7 @@ def test_the_frozen_set_survives_loading_export_and_derivation(tiny_data, tmp_pa
         run = generation.load_run(str(tmp_path / "run"), checkpoint=checkpoint)
         assert run.model.frozen_blocks == expected, checkpoint
     path = export.export_keras(run, str(tmp_path / "model.keras"))
-    loaded = keras.saving.load_model(path)
+    loaded = keras.saving.load_model(path).lm  # the language model of the exported package
     assert loaded.frozen_blocks == expected
     for f in frozen:
         assert loaded.derived_architecture[f["block"]] == f["choice"]
