@@ -28,7 +28,8 @@ flags.DEFINE_string("output_dir", None, "Output directory (default: data/<datase
 flags.DEFINE_string("train_file", None, "Training text for --dataset=text.")
 flags.DEFINE_string("valid_file", None, "Validation text for --dataset=text.")
 flags.DEFINE_string("test_file", None, "Test text for --dataset=text.")
-flags.DEFINE_enum("tokenizer", None, ["word", "sentencepiece", "byte"], f"Tokenizer ({_PER_DATASET}).")
+flags.DEFINE_enum("tokenizer", None, ["word", "sentencepiece", "byte"], f"Tokenizer "
+                                                                        f"({_PER_DATASET}).")
 flags.DEFINE_integer("vocab_size", None,
                      "sentencepiece: pieces; word: keep the most frequent (0 = all) "
                      f"({_PER_DATASET}).")

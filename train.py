@@ -145,8 +145,8 @@ def _define_model_flags(define, define_field):
            "unigram counts, --num_tails tails).")
     define("integer", "num_tails", 2, group, "Tail clusters for --cutoffs=auto.")
     define("float", "cutoff_logit_cost", 60.0, group, "--cutoffs=auto cost model: multiply-add "
-           "equivalents per computed logit (0 = the pure multiply-add model of the adaptive softmax paper; ~60 "
-           "fits a CPU, see bench/bench_adaptive_softmax.py).")
+           "equivalents per computed logit (0 = the pure multiply-add model of the adaptive "
+           "softmax paper; ~60 fits a CPU, see bench/bench_adaptive_softmax.py).")
     define("integer", "cutoff_min_head", 1000, group, "--cutoffs=auto: smallest head (frequent "
            "tokens kept at full width); lowered to leave room for the tails on small "
            "vocabularies.")

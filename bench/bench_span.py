@@ -153,7 +153,8 @@ def parse_args(argv):
     parser.add_argument("--run_dir", required=True, help="a finished adaptive-span training run")
     parser.add_argument("--batch_size", type=int, default=None,
                         help="batch size (default: the run's)")
-    parser.add_argument("--seq_len", type=int, default=None, help="segment length (default: the run's)")
+    parser.add_argument("--seq_len", type=int, default=None, help="segment length (default: the "
+                                                                  "run's)")
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds")
     parser.add_argument("--sample_seconds", type=float, default=2.0, help="seconds per sample")
     parser.add_argument("--precision", default=None, choices=["float32", "mixed_bfloat16"],

@@ -414,14 +414,20 @@ def markdown_table(rows, comparison, command):
         ["search", "C", "architecture", "attention:total", "FLOPs vs TXL", "valid ppl",
          "valid word ppl", "tokens/s", "vs TXL", "Pareto"], cells, "lrlrrrrrrl")]
     if comparison:
-        lines += ["", f"Soft and hard search at C = 0 derive "
-                  f"{'the same architecture' if comparison['same_architecture'] else 'different architectures'}"
-                  f" (`{comparison['hard_architecture']}` hard, "
-                  f"`{comparison['soft_architecture']}` soft)."]
+        lines += [
+            "",
+            "Soft and hard search at C = 0 derive "
+            + ("the same architecture" if comparison["same_architecture"]
+               else "different architectures")
+            +             f" (`{comparison['hard_architecture']}` hard, "
+            f"`{comparison['soft_architecture']}` soft).",
+        ]
     lines += ["", "Valid perplexity of the retrained network (last checkpoint, whole valid "
-              "split; 4 records with --quick); attention:total counts attention against attention + dense blocks; "
+              "split; 4 records with --quick); attention:total counts attention against attention "
+              "+ dense blocks; "
               "FLOPs vs TXL: forward FLOPs per token relative to the Transformer-XL of the "
-              "same depth (model/transformer_xl/flops.py); tokens/s: median training-step throughput, the "
+              "same depth (model/transformer_xl/flops.py); tokens/s: median training-step "
+              "throughput, the "
               "networks interleaved in one process; vs TXL: median per-round ratio to the "
               f"Transformer-XL's tokens/s. Command: `{command}`"]
     return "\n".join(lines)
@@ -629,7 +635,8 @@ def main(argv=None):
         pathlib.Path(args.figure).parent.mkdir(parents=True, exist_ok=True)
         plot_pareto(rows, throughput["networks"][reference]["tokens_per_sec"], args.figure,
                     f"Cost-aware hard search ({args.search_steps} steps) + retrain "
-                    f"({args.retrain_steps} steps), {meta.get('dataset') or pathlib.Path(args.data_dir).name}")
+                    f"({args.retrain_steps} steps), "
+                    f"{meta.get('dataset') or pathlib.Path(args.data_dir).name}")
         print(f"figure written to {args.figure}")
     print(f"results written to {out}")
     return 1 if failures else 0

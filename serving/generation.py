@@ -13,7 +13,8 @@ evaluated with (a loaded run defaults to `chunk_len = seq_len`,
 Retracing: the compiled functions take ids `[B, None]` and the state with the
 relaxed shapes of `model.state_signature()` (memories `[B, None, D]`), so each
 is traced once per `Decoder`, whatever the prompt, chunk or batch size and
-while the memory grows from 0 to `mem_len`. Memories padded to `mem_len` from the start would keep shapes
+while the memory grows from 0 to `mem_len`. Memories padded to `mem_len` from the start would keep
+shapes
 fixed, but need an attention mask the model does not take (zero padding is
 attended to and changes the result).
 

@@ -54,7 +54,8 @@ def _collapse(lines):
 
 
 def _with_line_ends(pieces, eos, closed):
-    """Flat ids of ragged [n, None] `pieces` with `eos` after each line, none after an open last one."""
+    """Flat ids of ragged [n, None] `pieces` with `eos` after each line, none after an open
+    last one."""
     rows = pieces.nrows()
     ends = tf.RaggedTensor.from_tensor(tf.fill(tf.stack([rows, 1]), eos))
     flat = tf.concat([pieces, ends], axis=1).flat_values

@@ -172,7 +172,7 @@ def cli_cases(project_root):
         child = subprocess.run([sys.executable, "-c", _CLI_CASES_CHILD, script, json.dumps(cases)],
                                cwd=project_root, env=env, capture_output=True, text=True,
                                timeout=timeout)
-        lines = [l for l in child.stdout.splitlines() if l.startswith("CASES ")]
+        lines = [x for x in child.stdout.splitlines() if x.startswith("CASES ")]
         assert child.returncode == 0 and lines, child.stderr[-3000:]
         return {name: tuple(result) for name, result in json.loads(lines[-1][6:]).items()}
 

@@ -52,7 +52,8 @@ def test_config_errors_name_the_flag(tmp_path):
 
 def test_missing_and_empty_input(tmp_path):
     config = _config(tmp_path, valid_file=str(tmp_path / "nope.txt"))
-    with pytest.raises(DataError, match=f"{tmp_path / 'nope.txt'} does not exist; check --valid_file"):
+    with pytest.raises(DataError, match=f"{tmp_path / 'nope.txt'} does not exist; check "
+                                        f"--valid_file"):
         data_utils.build_dataset(config)
     (tmp_path / "empty.txt").write_bytes(b"")
     with pytest.raises(DataError, match="empty.txt is empty; check --test_file"):
@@ -66,7 +67,9 @@ def test_non_utf8_input(tmp_path):
         config = _config(tmp_path, files=_files(tmp_path, train=bad), tokenizer=tokenizer,
                          **extra)
         line = bad[:203].count(b"\n") + 1  # the byte after "caf"
-        with pytest.raises(DataError, match=rf"train.txt is not valid UTF-8 \(line {line}, byte 203"):
+        with pytest.raises(
+            DataError, match=rf"train.txt is not valid UTF-8 \(line {line}, byte 203"
+        ):
             data_utils.build_dataset(config)
     meta = data_utils.build_dataset(_config(tmp_path, files=_files(tmp_path, train=bad),
                                             tokenizer="byte"))

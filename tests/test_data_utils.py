@@ -110,7 +110,9 @@ def test_sentencepiece_permutation_round_trip(wikitext2_root, tmp_path):
     np.testing.assert_array_equal(tok.order[ids], base)  # a permutation, applied
     counts = np.bincount(ids, minlength=tok.vocab_size)
     assert np.all(np.diff(counts) <= 0)  # ranked ids are frequency sorted
-    assert tok.id_to_token(int(np.argmax(counts))) == tok._sp.id_to_piece(int(np.argmax(np.bincount(base))))
+    assert tok.id_to_token(int(np.argmax(counts))) == tok._sp.id_to_piece(
+        int(np.argmax(np.bincount(base)))
+    )
     lines = text.split("\n")[:-1]
     assert tok.decode(ids) == "\n".join(" ".join(line.split()) for line in lines) + "\n"
     unk = tok.encode("<unk>")  # WikiText's <unk> stays one piece
@@ -188,9 +190,11 @@ def test_old_format_version_asks_for_a_rebuild(built, tmp_path):
     d.mkdir()
     meta = dict(built[1], format_version=1)  # disjoint rows, before the shared boundary ids
     (d / "meta.json").write_text(json.dumps(meta))
-    with pytest.raises(DataError, match=r"old/meta.json has format_version 1, .*record layout.*--overwrite"):
+    with pytest.raises(DataError, match=r"old/meta.json has format_version 1, .*record "
+                                        r"layout.*--overwrite"):
         data_utils.load_meta(str(d))
-    with pytest.raises(DataError, match=r"old/meta.json has format_version 1, .*record layout.*--overwrite"):
+    with pytest.raises(DataError, match=r"old/meta.json has format_version 1, .*record "
+                                        r"layout.*--overwrite"):
         data_utils.make_dataset(str(d), "train")
 
 
@@ -397,7 +401,8 @@ def test_mirrored_strategy_gets_fixed_rows(built, project_root):
     script = textwrap.dedent(f"""
         import numpy as np, tensorflow as tf
         cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] *
+        2)
         import data_utils
         strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
         out = {str(built[0])!r}

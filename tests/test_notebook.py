@@ -36,9 +36,16 @@ def test_notebook_has_no_model_code(project_root):
     source = "\n".join(c.source for c in _read(project_root).cells if c.cell_type == "code")
     for forbidden in ("keras.layers", "tf.GradientTape", "class ", "import keras"):
         assert forbidden not in source, forbidden
-    for used in ("./create_tfrecords.sh", "./base_model.sh", "generate.py",
-                 "from training.plugins.par_search import plots", "derive.derivation_report", "bench.bench_train",
-                 "generation.load_run", "--attention=adaptive_span"):
+    for used in (
+        "./create_tfrecords.sh",
+        "./base_model.sh",
+        "generate.py",
+        "from training.plugins.par_search import plots",
+        "derive.derivation_report",
+        "bench.bench_train",
+        "generation.load_run",
+        "--attention=adaptive_span",
+    ):
         assert used in source, used
 
 

@@ -96,15 +96,21 @@ def test_train_errors_and_cpu_warnings(cli_cases, tmp_path, word_data, project_r
     common = [f"--data_dir={word_data}", "--preset=tiny", "--max_steps=1", "--sample_tokens=0",
               "--eval_max_records=1", f"--logdir={tmp_path / 'logs'}"]
     cases = {
-        "model_dir is a file": ([*common, "--model_dir=README.md"],
-                                "error: --model_dir=README.md is an existing file, not a "
-                                "directory", "choose a directory"),
-        "model_dir inside a file": ([*common, "--model_dir=README.md/run"],
-                                    "error: --model_dir=README.md/run is inside", "not a directory"),
-        "architecture too short": ([*common, f"--model_dir={tmp_path / 'a'}",
-                                    "--architecture=aaf"],
-                                   "error: --architecture=aaf has 3 blocks but the model has "
-                                   "--num_blocks=4", "--num_blocks=3"),
+        "model_dir is a file": (
+            [*common, "--model_dir=README.md"],
+            "error: --model_dir=README.md is an existing file, not a directory",
+            "choose a directory",
+        ),
+        "model_dir inside a file": (
+            [*common, "--model_dir=README.md/run"],
+            "error: --model_dir=README.md/run is inside",
+            "not a directory",
+        ),
+        "architecture too short": (
+            [*common, f"--model_dir={tmp_path / 'a'}", "--architecture=aaf"],
+            "error: --architecture=aaf has 3 blocks but the model has --num_blocks=4",
+            "--num_blocks=3",
+        ),
     }
     results = cli_cases("train.py", {name: args for name, (args, *_) in cases.items()})
     _check_errors(results, cases)

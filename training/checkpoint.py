@@ -21,13 +21,13 @@ A checkpoint (`model_dir/ckpt-<step>.*`, TF's own format, no pickle) holds:
   first start), the best validation NLL and its step, the partial sums of the
   current logging interval, and the model's state (`memories`: the per-row state
   tensors of the language-model interface, e.g. Transformer-XL memories or
-  LSTM states). They are stored as *global* `[B, ...]` tensors (rows of all replicas, in replica order, see
-  `training.strategy.gather_rows`) and split again on restore, so the replica
+  LSTM states). They are stored as *global* `[B, ...]` tensors (rows of all
+  replicas, in replica order, see `training.strategy.gather_rows`) and split again on restore, so the replica
   count may change between save and restore.
 
 The best checkpoint on validation (`model_dir/best/ckpt-<step>.*`) holds the
-model variables (and the model's extras) only. Under multi-worker training every worker takes part in
-a save (collectives); workers other than the chief write into a scratch
+model variables (and the model's extras) only. Under multi-worker training
+every worker takes part in a save (collectives); workers other than the chief write into a scratch
 directory that is deleted right away, as tf.distribute requires.
 
 Safety (docs/faults.md):

@@ -258,7 +258,8 @@ def _alive(pid):
 def remove_temporaries(directory):
     """Removes the temporaries of interrupted writes in `directory` (not recursive).
 
-    Our `.<name>.tmp-<pid>-<hex>` files of processes no longer alive, and TensorFlow's `ckpt-<step>_temp*`
+    Our `.<name>.tmp-<pid>-<hex>` files of processes no longer alive, and TensorFlow's
+    `ckpt-<step>_temp*`
     directories and `checkpoint.tmp<hex>` files: left only by a process that
     was killed while writing (a failed write removes its own).
 

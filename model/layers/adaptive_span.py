@@ -149,7 +149,8 @@ class AdaptiveSpanAttention(RelativeMultiHeadAttention):
         if not 0 < span_ramp <= span_max:
             raise ValueError(f"span_ramp must be in (0, span_max={span_max}], got {span_ramp}")
         if not 0.0 <= span_init <= 1.0:
-            raise ValueError(f"span_init must be in [0, 1] (a fraction of span_max), got {span_init}")
+            raise ValueError(f"span_init must be in [0, 1] (a fraction of span_max), got "
+                             f"{span_init}")
         if span_loss_coef < 0:
             raise ValueError(f"span_loss_coef must be >= 0, got {span_loss_coef}")
         self.span_max = int(span_max)
@@ -174,7 +175,8 @@ class AdaptiveSpanAttention(RelativeMultiHeadAttention):
     def spans(self):
         """[N] float32 spans z_h = S * s_h in tokens."""
         if not self.built:
-            raise ValueError(f"{self.name}: spans are created when the layer is built; call it first")
+            raise ValueError(f"{self.name}: spans are created when the layer is built; call it "
+                             f"first")
         return tf.convert_to_tensor(self.span) * float(self.span_max)
 
     def span_loss(self):

@@ -98,7 +98,8 @@ class PositionwiseFeedForward(keras.layers.Layer):
 
     @property
     def dropout_layers(self):
-        """The FastDropout layers a training call draws from (`model.layers.dropout.fixed_seeds`)."""
+        """The FastDropout layers a training call draws from
+        (`model.layers.dropout.fixed_seeds`)."""
         return [self.inner_dropout, self.output_dropout]
 
     def call(self, x, training=False):

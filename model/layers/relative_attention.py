@@ -324,7 +324,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
 
     @property
     def dropout_layers(self):
-        """The FastDropout layers a training call draws from (`model.layers.dropout.fixed_seeds`)."""
+        """The FastDropout layers a training call draws from
+        (`model.layers.dropout.fixed_seeds`)."""
         return [self.attn_dropout_layer, self.output_dropout]
 
     def call(self, x, mem=None, training=False, rel_bias=None):

@@ -159,7 +159,8 @@ class ModelConfig(ConfigBase):
         elif self.d_head < 1:
             raise ValueError(f"d_head must be a positive integer or None, got {self.d_head}")
         if self.d_model % 2:
-            raise ValueError(f"d_model must be even (sinusoid relative positions), got {self.d_model}")
+            raise ValueError(f"d_model must be even (sinusoid relative positions), got "
+                             f"{self.d_model}")
         if self.mem_len < 0:
             raise ValueError(f"mem_len must be >= 0 (0 disables the memory), got {self.mem_len}")
         for field in ("dropout", "attn_dropout"):
@@ -180,7 +181,8 @@ class ModelConfig(ConfigBase):
                 )
             if len(arch) != self.num_blocks:
                 raise ValueError(
-                    f"architecture={arch!r} has {len(arch)} blocks but num_blocks={self.num_blocks}: "
+                    f"architecture={arch!r} has {len(arch)} blocks but "
+                    f"num_blocks={self.num_blocks}: "
                     "give one letter per block"
                 )
         if not 0.0 < self.hard_rows <= 1.0:
@@ -198,7 +200,8 @@ class ModelConfig(ConfigBase):
                 "use a ramp no longer than the maximum span"
             )
         if not 0.0 <= self.span_init <= 1.0:
-            raise ValueError(f"span_init must be in [0, 1] (a fraction of span_max), got {self.span_init}")
+            raise ValueError(f"span_init must be in [0, 1] (a fraction of span_max), got "
+                             f"{self.span_init}")
         if self.span_loss_coef < 0:
             raise ValueError(f"span_loss_coef must be >= 0, got {self.span_loss_coef}")
 

@@ -114,7 +114,9 @@ def embedding_flops_per_token(config, cluster_mass=None):
     if not (config.adaptive_input or config.tie_weights) or not config.cutoffs:
         return 0.0
     _, tails = _clusters(config)
-    return sum(p * 2 * d * config.d_model for p, (d, _) in zip(_tail_mass(config, cluster_mass), tails))
+    return sum(
+        p * 2 * d * config.d_model for p, (d, _) in zip(_tail_mass(config, cluster_mass), tails)
+    )
 
 
 def head_flops_per_token(config, cluster_mass=None):
@@ -135,7 +137,13 @@ def head_flops_per_token(config, cluster_mass=None):
 
 
 def forward_flops_per_token(
-    config, architecture=None, seq_len=None, mem_len=None, batch_size=None, cluster_mass=None, spans=None
+    config,
+    architecture=None,
+    seq_len=None,
+    mem_len=None,
+    batch_size=None,
+    cluster_mass=None,
+    spans=None,
 ):
     """Forward FLOPs per predicted token of a whole model.
 
@@ -165,7 +173,8 @@ def forward_flops_per_token(
 
     arch = _architecture(config, architecture)
     if seq_len is None or seq_len < 1:
-        raise ValueError(f"seq_len must be a segment length >= 1 (e.g. the data's seq_len), got {seq_len}")
+        raise ValueError(f"seq_len must be a segment length >= 1 (e.g. the data's seq_len), got "
+                         f"{seq_len}")
     mem_len = config.mem_len if mem_len is None else mem_len
     if mem_len < 0:
         raise ValueError(f"mem_len must be >= 0, got {mem_len}")

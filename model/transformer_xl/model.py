@@ -54,7 +54,9 @@ def update_memory(mem, block_input, mem_len):
     Returns:
         [B, min(M + T, mem_len), D], gradient stopped.
     """
-    cat = block_input if mem is None else tf.concat([tf.cast(mem, block_input.dtype), block_input], 1)
+    cat = (
+        block_input if mem is None else tf.concat([tf.cast(mem, block_input.dtype), block_input], 1)
+    )
     if mem_len == 0:  # `[:, -0:]` would keep everything
         return tf.stop_gradient(cat[:, :0])
     return tf.stop_gradient(cat[:, -mem_len:])  # [B, <=mem_len, D]
@@ -101,7 +103,9 @@ class TransformerXLLM(keras.Model):
         elif isinstance(config, dict):
             config = ModelConfig.from_dict(config)
         elif not isinstance(config, ModelConfig):
-            raise TypeError(f"config must be a ModelConfig or its dict, got {type(config).__name__}")
+            raise TypeError(
+                f"config must be a ModelConfig or its dict, got {type(config).__name__}"
+            )
         super().__init__(**kwargs)
         self.model_config = config
         for field in _CONFIG_FIELDS:  # the fields as attributes (read-only by convention)
@@ -140,18 +144,32 @@ class TransformerXLLM(keras.Model):
         if not self.untie_rel_bias and self.num_mems:
             shape = (self.num_heads, config.head_size)  # [N, H]
             self.content_bias = self.add_weight(
-                name="content_bias", shape=shape, initializer=keras.initializers.RandomNormal(stddev=0.02)
+                name="content_bias",
+                shape=shape,
+                initializer=keras.initializers.RandomNormal(stddev=0.02),
             )  # u
             self.position_bias = self.add_weight(
-                name="position_bias", shape=shape, initializer=keras.initializers.RandomNormal(stddev=0.02)
+                name="position_bias",
+                shape=shape,
+                initializer=keras.initializers.RandomNormal(stddev=0.02),
             )  # v
 
         # Set by the trainer every step (set_search_state); saved with the model.
         self.tau = self.add_weight(
-            name="tau", shape=(), initializer="ones", trainable=False, dtype="float32", autocast=False
+            name="tau",
+            shape=(),
+            initializer="ones",
+            trainable=False,
+            dtype="float32",
+            autocast=False,
         )
         self.search_step = self.add_weight(
-            name="search_step", shape=(), initializer="zeros", trainable=False, dtype="int64", autocast=False
+            name="search_step",
+            shape=(),
+            initializer="zeros",
+            trainable=False,
+            dtype="int64",
+            autocast=False,
         )
         # Progressive freezing (docs/freezing.md): per supernet block the index
         # of the candidate it is frozen to, -1 while it searches. A plain
@@ -231,7 +249,8 @@ class TransformerXLLM(keras.Model):
         if len(mems) != self.num_mems:
             raise ValueError(
                 f"got {len(mems)} memories but this model has {self.num_mems} attention-carrying "
-                "blocks: pass model.initial_mems(batch_size), the new_mems of the previous call, or None"
+                "blocks: pass model.initial_mems(batch_size), the new_mems of the previous call, "
+                "or None"
             )
         self._sync_frozen()  # the frozen set is fixed per trace
         x = self._embed(inputs) * tf.cast(math.sqrt(self.d_model), self.compute_dtype)  # [B, T, D]
@@ -240,7 +259,10 @@ class TransformerXLLM(keras.Model):
         step = tf.convert_to_tensor(self.search_step)
         shared = {}
         if self.content_bias is not None:
-            shared["rel_bias"] = (tf.convert_to_tensor(self.content_bias), tf.convert_to_tensor(self.position_bias))
+            shared["rel_bias"] = (
+                tf.convert_to_tensor(self.content_bias),
+                tf.convert_to_tensor(self.position_bias),
+            )
         new_mems = []
         mem_iter = iter(mems)
         for spec, layer in self._memory_blocks():
@@ -373,7 +395,9 @@ class TransformerXLLM(keras.Model):
     def arch_probabilities(self):
         """float32 [num_blocks, C]: softmax(alpha) per block; one-hot when fixed."""
         if self._resolved == SUPERNET:
-            return tf.nn.softmax(tf.stack([tf.convert_to_tensor(v) for v in self.arch_variables]), axis=-1)
+            return tf.nn.softmax(
+                tf.stack([tf.convert_to_tensor(v) for v in self.arch_variables]), axis=-1
+            )
         letters = blocks.letters()
         indices = [letters.index(letter) for letter in self._resolved]
         return tf.one_hot(indices, len(letters), dtype=tf.float32)

@@ -154,7 +154,10 @@ def test_quick_pipeline_runs_then_only_reads(tiny_build, tmp_path, capsys):
     assert reference_config["model"]["architecture"] == "afaf"
     assert reference_config["max_steps"] == 8
     reference_metrics = json.loads((runs / "retrain_afaf" / "metrics.json").read_text())
-    assert reference_row["retrain"]["test_perplexity"] == reference_metrics["last"]["test"]["perplexity"]
+    assert (
+        reference_row["retrain"]["test_perplexity"]
+        == reference_metrics["last"]["test"]["perplexity"]
+    )
     arch = row["architecture"]
     search_dir, retrain_dir = runs / "search_hard_c0", runs / f"retrain_{arch}"
     # The search's own report (counts, FLOPs) agrees with the row.

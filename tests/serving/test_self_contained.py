@@ -135,7 +135,7 @@ def test_exports_alone_reproduce_the_run(tmp_path, wikitext2_root, cli_cases):
         [sys.executable, "-c", CLEAN_PROCESS, json.dumps(cases)], cwd=tmp_path,
         capture_output=True, text=True, timeout=900,
         env=dict(os.environ, PYTHONPATH=str(PROJECT_ROOT), TF_CPP_MIN_LOG_LEVEL="2"))
-    lines = [l for l in child.stdout.splitlines() if l.startswith("RESULT ")]
+    lines = [x for x in child.stdout.splitlines() if x.startswith("RESULT ")]
     assert child.returncode == 0 and lines, child.stderr[-3000:]
     clean = json.loads(lines[-1][len("RESULT "):])
 

@@ -30,8 +30,14 @@ def test_the_pages_are_up_to_date(project_root):
 
 
 def test_runs_as_a_module_from_the_project_root(project_root):
-    result = subprocess.run([sys.executable, "-m", "tools.bench_tables", "--check"],
-                            cwd=project_root, capture_output=True, text=True, timeout=120, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "tools.bench_tables", "--check"],
+        cwd=project_root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
 
 
@@ -43,7 +49,9 @@ def test_write_then_check_and_a_changed_result_is_stale(tmp_path, project_root, 
     assert text.startswith("# Page\n") and text.endswith("Text after.\n")
     assert bench_tables.main(["--check"], root=tmp_path) == 0
     # The figures are the JSON's: 7,094 tokens/s of the derived 12-block network.
-    assert "| derived `fafaaaaaffaf` | 7:12 | 0.982 | 81.89 | 77.83 | 285.2 | 7,094 | 1.01x |" in text
+    assert (
+        "| derived `fafaaaaaffaf` | 7:12 | 0.982 | 81.89 | 77.83 | 285.2 | 7,094 | 1.01x |" in text
+    )
     # Commands are spelled as modules, links lead to the JSON from the page.
     assert "`python -m experiments.cost_sweep --search_steps=2000 --retrain_steps=2000`" in text
     assert "[bench/results/cost_sweep.json](../../bench/results/cost_sweep.json)" in text

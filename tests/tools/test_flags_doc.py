@@ -145,6 +145,12 @@ def test_check_prints_a_diff(tmp_path, capsys):
 
 
 def test_runs_as_a_module_from_the_project_root(project_root):
-    result = subprocess.run([sys.executable, "-m", "tools.flags_doc", "--check"],
-                            cwd=project_root, capture_output=True, text=True, timeout=300, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "tools.flags_doc", "--check"],
+        cwd=project_root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-2000:]

@@ -119,7 +119,9 @@ def test_split_step_equals_unsplit_step(split_runs, family):
 def test_mixed_float16_loss_scaling_with_split(tiny_data, tmp_path):
     import keras
 
-    config = family_config(tiny_data, tmp_path / "one", "transformer_xl", "--precision=mixed_float16")
+    config = family_config(
+        tiny_data, tmp_path / "one", "transformer_xl", "--precision=mixed_float16"
+    )
     try:
         one = make_trainer(config)
         two = make_trainer(config.replace(model_dir=str(tmp_path / "two"), batch_split=2),
@@ -133,7 +135,9 @@ def test_mixed_float16_loss_scaling_with_split(tiny_data, tmp_path):
             assert got["grad_norm"] == pytest.approx(want["grad_norm"], rel=2e-2)
         scale = [float(t.optimizers["weights"].dynamic_scale) for t in (one, two)]
         assert scale[0] == scale[1]
-        assert_close(as_arrays(two.model.variables), as_arrays(one.model.variables), 1e-2, "weights")
+        assert_close(
+            as_arrays(two.model.variables), as_arrays(one.model.variables), 1e-2, "weights"
+        )
     finally:
         keras.mixed_precision.set_global_policy("float32")
 

@@ -1,4 +1,5 @@
-"""Derivation report against model/transformer_xl/flops.py and hand counts; reading architectures."""
+"""Derivation report against model/transformer_xl/flops.py and hand counts; reading
+architectures."""
 
 import json
 
@@ -19,7 +20,14 @@ from training.plugins.par_search.derive import (
 CONFIG = ModelConfig(vocab_size=100, d_model=16, num_heads=2, d_ffn=32, num_blocks=6, mem_len=4)
 # argmax per row: a a f i f f
 PROBS = np.array(
-    [[0.6, 0.3, 0.1], [0.5, 0.4, 0.1], [0.2, 0.7, 0.1], [0.1, 0.2, 0.7], [0.3, 0.4, 0.3], [0.0, 1.0, 0.0]]
+    [
+        [0.6, 0.3, 0.1],
+        [0.5, 0.4, 0.1],
+        [0.2, 0.7, 0.1],
+        [0.1, 0.2, 0.7],
+        [0.3, 0.4, 0.3],
+        [0.0, 1.0, 0.0],
+    ]
 )
 
 
@@ -39,7 +47,9 @@ def test_report_numbers():
     assert r["flops_per_token"] == ours
     assert r["transformer_xl_flops_per_token"] == base
     assert r["relative_flops"] == pytest.approx(ours / base)
-    assert r["relative_flops"] == pytest.approx(flops.relative_to_transformer_xl(CONFIG, "aafiff", 4, 4)["total"])
+    assert r["relative_flops"] == pytest.approx(
+        flops.relative_to_transformer_xl(CONFIG, "aafiff", 4, 4)["total"]
+    )
     assert r["speedup"] == pytest.approx(base / ours)
     assert r["attention_fraction"] == pytest.approx(2 / 6)
     assert r["attention_flops_fraction"] == pytest.approx(r["flops"]["attention"] / ours)
@@ -66,7 +76,10 @@ def test_write_then_read_three_ways(tmp_path):
     report = derivation_report(CONFIG, PROBS, seq_len=4, mem_len=4)
     json_path, txt_path = write_derivation(tmp_path / "run", report)
     assert (tmp_path / "run" / "architecture.txt").read_text() == "aafiff\n"
-    assert json.loads((tmp_path / "run" / "architecture.json").read_text())["speedup"] == report["speedup"]
+    assert (
+        json.loads((tmp_path / "run" / "architecture.json").read_text())["speedup"]
+        == report["speedup"]
+    )
     assert read_architecture(tmp_path / "run") == "aafiff"
     assert read_architecture(json_path) == "aafiff"
     assert read_architecture(txt_path) == "aafiff"

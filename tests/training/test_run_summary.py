@@ -31,7 +31,7 @@ class _StopAfter:
 
 
 def _command(summary, script):
-    line = next(l for l in summary.splitlines() if l.strip().startswith(f"python3 {script}"))
+    line = next(x for x in summary.splitlines() if x.strip().startswith(f"python3 {script}"))
     return shlex.split(line.split("#")[0])[2:]  # the flags
 
 

@@ -21,7 +21,11 @@ def read_events(directory):
         for event in tf.compat.v1.train.summary_iterator(path):
             for value in event.summary.value:
                 events.setdefault(value.tag, []).append(
-                    (event.step, tf.make_ndarray(value.tensor), value.metadata.plugin_data.plugin_name)
+                    (
+                        event.step,
+                        tf.make_ndarray(value.tensor),
+                        value.metadata.plugin_data.plugin_name,
+                    )
                 )
     return events
 

@@ -58,7 +58,8 @@ def wait_for(base, proc, log_path, ready):
     last_error = None
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            pytest.fail(f"tensorboard exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
+            pytest.fail(f"tensorboard exited with "
+                        f"{proc.returncode}:\n{log_path.read_text()[-3000:]}")
         try:
             result = ready(base)
             if result:
@@ -84,8 +85,12 @@ def test_tensorboard_serves_training_tags(tmp_path):
         )
     base = f"http://127.0.0.1:{port}"
     try:
-        expected_train = {f"train/{n}" for n in ("loss", "perplexity", "tau", "lr_weights", "lr_arch")}
-        expected_arch = {f"arch/block_{b:02d}/{c}" for b in range(3) for c in ("attention", "dense", "identity")}
+        expected_train = {
+            f"train/{n}" for n in ("loss", "perplexity", "tau", "lr_weights", "lr_arch")
+        }
+        expected_arch = {
+            f"arch/block_{b:02d}/{c}" for b in range(3) for c in ("attention", "dense", "identity")
+        }
 
         def scalars_loaded(base):
             runs = get_json(base, "/data/runs")
@@ -101,15 +106,18 @@ def test_tensorboard_serves_training_tags(tmp_path):
         series = get_json(base, "/data/plugin/scalars/scalars", run="train", tag="train/loss")
         assert [s[1] for s in series] == [0, 1, 2, 3]
         np.testing.assert_allclose([s[2] for s in series], LOSSES, rtol=1e-6)
-        dense = get_json(base, "/data/plugin/scalars/scalars", run="train", tag="arch/block_01/dense")
+        dense = get_json(
+            base, "/data/plugin/scalars/scalars", run="train", tag="arch/block_01/dense"
+        )
         assert [(s[1], round(s[2], 6)) for s in dense] == [(0, round(1 / 3, 6)), (3, 0.7)]
 
         image_tags = get_json(base, "/data/plugin/images/tags")
         assert image_tags["train"]["arch/probabilities"]["samples"] == 1
         images = get_json(base, "/data/plugin/images/images", run="train", tag="arch/probabilities")
         assert [im["step"] for im in images] == [0, 3]
-        with urllib.request.urlopen(f"{base}/data/plugin/images/individualImage?{images[-1]['query']}",
-                                    timeout=10) as response:
+        with urllib.request.urlopen(
+            f"{base}/data/plugin/images/individualImage?{images[-1]['query']}", timeout=10
+        ) as response:
             assert response.headers["Content-Type"] == "image/png"
             png = response.read()
         np.testing.assert_array_equal(np.asarray(Image.open(io.BytesIO(png))), arch_image(probs))

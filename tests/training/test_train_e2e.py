@@ -84,7 +84,7 @@ def test_loss_falls_and_callbacks_see_it(supernet_run):
     assert all(math.isclose(row["ppl"], math.exp(row["loss"]), rel_tol=1e-4) for row in log)
     logged = [(step, loss) for kind, step, loss in events if kind == "log"]
     assert [s for s, _ in logged] == [row["step"] for row in log]
-    assert [l for _, l in logged] == pytest.approx([row["loss"] for row in log], abs=1e-6)
+    assert [loss for _, loss in logged] == pytest.approx([row["loss"] for row in log], abs=1e-6)
     evaluations = [(kind, step) for kind, step, _ in events if kind in ("valid", "test")]
     assert evaluations == [("valid", 15), ("valid", 30), ("test", 30)]
     assert events[-1] == ("end", STEPS, metrics["last"]["test"]["nll"])

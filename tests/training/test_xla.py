@@ -14,8 +14,16 @@ import pytest
 from tests.helpers.trainers import as_arrays, assert_close, first_batches, make_trainer
 
 STEPS = 3
-_BASE = ["--preset=tiny", "--num_blocks=2", "--learning_rate=3e-3", "--clip_norm=0.5", "--max_steps=100",
-         "--sample_tokens=0", "--arch_warmup_steps=0", "--eval_mem_len=8"]
+_BASE = [
+    "--preset=tiny",
+    "--num_blocks=2",
+    "--learning_rate=3e-3",
+    "--clip_norm=0.5",
+    "--max_steps=100",
+    "--sample_tokens=0",
+    "--arch_warmup_steps=0",
+    "--eval_mem_len=8",
+]
 # name -> flags. Full and adaptive softmax (tiny: cutoffs 16, 32), soft and
 # hard search with dropout on, a fixed Transformer-XL, adaptive span with a
 # span loss, and bfloat16 (compared more loosely below).

@@ -168,12 +168,19 @@ def test_gradients_finite_and_reach_span():
     grads = tape.gradient(loss, layer.trainable_weights)
     for grad in grads:
         assert np.all(np.isfinite(grad.numpy()))
-    assert np.abs(grads[-1].numpy()).min() > 0  # the span (last weight) gets a gradient via the ramp
+    assert (
+        np.abs(grads[-1].numpy()).min() > 0
+    )  # the span (last weight) gets a gradient via the ramp
 
 
 def test_config_round_trip_and_keras_save_load(tmp_path):
     layer = make_layer(
-        spans=[0.4, 0.9], span_max=6, span_ramp=3, span_init=0.5, trim_memory=False, name="span_attn"
+        spans=[0.4, 0.9],
+        span_max=6,
+        span_ramp=3,
+        span_init=0.5,
+        trim_memory=False,
+        name="span_attn",
     )
     x, mem = random_inputs()
     fresh = AdaptiveSpanAttention.from_config(layer.get_config())

@@ -197,7 +197,7 @@ def test_mirrored_replicas_draw_different_masks_and_keep_state_in_sync(project_r
         timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    line = next(l for l in proc.stdout.splitlines() if l.startswith("REPORT "))
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("REPORT "))
     report = json.loads(line[len("REPORT ") :])
     assert report["replicas_differ"] and report["steps_differ"] and report["values_ok"]
     assert report["state"] == [[3, 2], [3, 2]]  # both copies advanced once per step

@@ -86,6 +86,8 @@ def test_bad_arguments_name_the_field(kwargs, field):
 
 
 def test_seeded_initializer_gives_distinct_kernels():
-    layer = PositionwiseFeedForward(D, D, kernel_initializer=keras.initializers.RandomNormal(seed=3))
+    layer = PositionwiseFeedForward(
+        D, D, kernel_initializer=keras.initializers.RandomNormal(seed=3)
+    )
     layer.build((None, None, D))
     assert not np.allclose(layer.inner_dense.kernel.numpy(), layer.output_dense.kernel.numpy())

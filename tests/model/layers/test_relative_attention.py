@@ -63,7 +63,8 @@ def test_rel_shift_matches_double_loop(qlen, klen):
     mlen = klen - qlen
     for i in range(qlen):
         for j in range(mlen + i + 1):
-            # Row c of the position scores holds distance klen - 1 - c; key j is at distance M + i - j.
+            # Row c of the position scores holds distance klen - 1 - c; key j is at distance M + i -
+            # j.
             c = klen - 1 - (mlen + i - j)
             np.testing.assert_array_equal(got[..., i, j], x[..., i, c])
 
@@ -184,7 +185,9 @@ def test_shared_rel_bias_is_taken_from_the_call():
     x, mem = random_inputs()
     u, v = shared_bias()
     got = layer(x, mem, rel_bias=(u, v)).numpy()
-    np.testing.assert_allclose(got, slow_attention(layer, x, mem, rel_bias=(u, v)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        got, slow_attention(layer, x, mem, rel_bias=(u, v)), rtol=1e-5, atol=1e-5
+    )
     other = layer(x, mem, rel_bias=shared_bias(seed=6)).numpy()
     assert np.abs(other - got).max() > 1e-3  # the biases passed in are the ones used
     with tf.GradientTape() as tape:
@@ -275,7 +278,9 @@ def test_wrong_input_width_is_reported():
 
 def test_seeded_initializer_gives_distinct_reproducible_kernels():
     def build():
-        layer = RelativeMultiHeadAttention(D, N, H, kernel_initializer=keras.initializers.RandomNormal(seed=3))
+        layer = RelativeMultiHeadAttention(
+            D, N, H, kernel_initializer=keras.initializers.RandomNormal(seed=3)
+        )
         layer.build((None, None, D))
         return layer
 

@@ -20,14 +20,12 @@ def test_every_preset_is_a_valid_config(name):
 
 def test_preset_values():
     tiny = preset_config("tiny")
-    assert (tiny.vocab_size, tiny.d_model, tiny.num_heads, tiny.d_ffn, tiny.num_blocks, tiny.mem_len) == (
-        64, 32, 2, 64, 4, 8,
-    )  # fmt: skip
+    assert (tiny.vocab_size, tiny.d_model, tiny.num_heads, tiny.d_ffn, tiny.num_blocks,
+            tiny.mem_len) == (64, 32, 2, 64, 4, 8)
     assert tiny.cutoffs == (16, 32)
     base = preset_config("wt2_base")
-    assert (base.vocab_size, base.d_model, base.num_heads, base.d_ffn, base.num_blocks, base.mem_len) == (
-        12000, 128, 4, 512, 6, 16,
-    )  # fmt: skip
+    assert (base.vocab_size, base.d_model, base.num_heads, base.d_ffn, base.num_blocks,
+            base.mem_len) == (12000, 128, 4, 512, 6, 16)
     assert base.dropout == 0.1 and base.cutoffs == (1000, 3845)
     large = preset_config("wt2_large")
     assert (large.d_model, large.num_heads, large.d_ffn, large.num_blocks) == (256, 8, 1024, 12)
@@ -55,14 +53,16 @@ def test_overrides_and_errors():
 
 def test_build_model_unpacks_every_field_and_builds_the_weights():
     config = preset_config(
-        "tiny", architecture="afia", attention="adaptive_span", span_max=16, span_ramp=4, span_init=0.25,
-        adaptive_input=True, final_norm=True, seed=7, eval_mode="expected", dropout=0.2,
-    )  # fmt: skip
+        "tiny", architecture="afia", attention="adaptive_span", span_max=16, span_ramp=4,
+        span_init=0.25, adaptive_input=True, final_norm=True, seed=7, eval_mode="expected",
+        dropout=0.2)
     model = build_model(config)
     assert isinstance(model, TransformerXLLM) and model.built
     assert ModelConfig.from_dict(model.get_config()["config"]) == config
     assert model.model_config == config and model.span_max == 16  # fields readable as attributes
-    assert flops.param_count(config) == sum(int(np.prod(v.shape)) for v in model.trainable_variables)
+    assert flops.param_count(config) == sum(
+        int(np.prod(v.shape)) for v in model.trainable_variables
+    )
     np.testing.assert_allclose(np.asarray(model.spans[0]), [4.0, 4.0])
     hidden, mems = model(tf.zeros([2, 3], tf.int32))
     assert hidden.shape == (2, 3, 32) and len(mems) == 2

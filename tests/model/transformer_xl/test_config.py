@@ -11,7 +11,9 @@ from tests.helpers import PROJECT_ROOT
 
 
 def make(**overrides):
-    values = dict(vocab_size=64, d_model=32, num_heads=2, d_ffn=64, num_blocks=4, mem_len=8, cutoffs=(16, 32))
+    values = dict(
+        vocab_size=64, d_model=32, num_heads=2, d_ffn=64, num_blocks=4, mem_len=8, cutoffs=(16, 32)
+    )
     values.update(overrides)
     return ModelConfig(**values)
 
@@ -20,7 +22,9 @@ def test_defaults_are_valid_and_head_size_defaults_to_d_model_over_heads():
     config = ModelConfig(vocab_size=100)
     assert config.head_size == 32
     assert make(d_head=7).head_size == 7
-    assert make(d_model=30, num_heads=4, d_head=8).head_size == 8  # explicit d_head lifts divisibility
+    assert (
+        make(d_model=30, num_heads=4, d_head=8).head_size == 8
+    )  # explicit d_head lifts divisibility
 
 
 @pytest.mark.parametrize(
@@ -37,7 +41,9 @@ def test_resolved_architecture(architecture, num_blocks, resolved):
 
 
 def test_json_round_trip_restores_tuples():
-    config = make(cutoffs=(10, 20), proj_dims=(8, 4), architecture="afia", attention="adaptive_span")
+    config = make(
+        cutoffs=(10, 20), proj_dims=(8, 4), architecture="afia", attention="adaptive_span"
+    )
     data = json.loads(json.dumps(config.to_dict()))
     assert data["cutoffs"] == [10, 20]
     restored = ModelConfig.from_dict(data)
@@ -120,7 +126,10 @@ def test_invalid_config_names_the_field(overrides, field):
 
 
 def test_importing_config_does_not_load_tensorflow():
-    code = "import sys, model.transformer_xl.config, model.transformer_xl.flops; print('tensorflow' in sys.modules)"
+    code = ("import sys, model.transformer_xl.config, model.transformer_xl.flops; "
+            "print('tensorflow' in sys.modules)")
     root = PROJECT_ROOT
-    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == "False"

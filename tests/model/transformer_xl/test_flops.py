@@ -62,7 +62,9 @@ def test_adaptive_input_counts_tail_projections():
 
 
 def test_supernet_and_identity_architectures():
-    supernet = flops.forward_flops_per_token(TINY.replace(architecture="supernet"), seq_len=4, mem_len=4)
+    supernet = flops.forward_flops_per_token(
+        TINY.replace(architecture="supernet"), seq_len=4, mem_len=4
+    )
     assert supernet["blocks"] == 2 * (ATTENTION + DENSE)  # soft search: all candidates
     identity = flops.forward_flops_per_token(TINY, "ii", seq_len=4, mem_len=4)
     assert identity["blocks"] == 0 and identity["total"] == HEAD_ALL_TAILS
@@ -97,7 +99,9 @@ def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="seq_len"):
         flops.forward_flops_per_token(TINY, "af")
     with pytest.raises(ValueError, match="num_blocks"):
-        flops.relative_to_transformer_xl(TINY.replace(num_blocks=3, architecture="afa"), "afa", seq_len=4)
+        flops.relative_to_transformer_xl(
+            TINY.replace(num_blocks=3, architecture="afa"), "afa", seq_len=4
+        )
 
 
 def test_param_count_by_hand():
@@ -123,7 +127,9 @@ REAL_MODELS = [
 ]
 
 
-@pytest.mark.parametrize("overrides", REAL_MODELS, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
+@pytest.mark.parametrize(
+    "overrides", REAL_MODELS, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items())
+)
 def test_param_count_equals_the_built_model(overrides):
     from model.families import build_model
     from model.transformer_xl.presets import preset_config

@@ -42,7 +42,9 @@ MEMORY_CASES = {
     "supernet_argmax": dict(architecture="supernet", eval_mode="argmax"),
     "supernet_expected": dict(architecture="supernet", eval_mode="expected"),
     "supernet_hard_training": dict(architecture="supernet", search_mode="hard"),
-    "adaptive_span": dict(architecture="transformer_xl", attention="adaptive_span", span_max=16, span_ramp=4),
+    "adaptive_span": dict(
+        architecture="transformer_xl", attention="adaptive_span", span_max=16, span_ramp=4
+    ),
 }
 
 
@@ -59,7 +61,9 @@ def test_segments_with_memory_equal_one_pass(case):
     for start in range(0, 12, 4):
         # mem_len 8 keeps every earlier position of the 12: the same window as one pass.
         hidden, mems = model(ids[:, start : start + 4], mems=mems, training=training, mem_len=8)
-        np.testing.assert_allclose(hidden.numpy(), full[:, start : start + 4].numpy(), atol=1e-5, rtol=1e-5)
+        np.testing.assert_allclose(
+            hidden.numpy(), full[:, start : start + 4].numpy(), atol=1e-5, rtol=1e-5
+        )
     assert [m.shape[1] for m in mems] == [8] * model.num_mems
 
 
@@ -155,7 +159,9 @@ def test_fixed_architecture_without_attention_has_no_memory():
 
 
 def test_config_json_round_trip_gives_an_equal_model():
-    model = make_model(architecture="supernet", attention="adaptive_span", adaptive_input=True, seed=1)
+    model = make_model(
+        architecture="supernet", attention="adaptive_span", adaptive_input=True, seed=1
+    )
     config = json.loads(json.dumps(model.get_config()))
     clone = TransformerXLLM.from_config(config)
     clone.build((None, None))
@@ -198,7 +204,9 @@ def test_keras_save_and_load(tmp_path, overrides):
         got, got_mems = loaded(ids, training=training)
         np.testing.assert_array_equal(got.numpy(), expected.numpy())
         np.testing.assert_array_equal(got_mems[-1].numpy(), expected_mems[-1].numpy())
-    np.testing.assert_array_equal(loaded.token_nll(got, ids).numpy(), model.token_nll(got, ids).numpy())
+    np.testing.assert_array_equal(
+        loaded.token_nll(got, ids).numpy(), model.token_nll(got, ids).numpy()
+    )
 
 
 def train(model, ids, targets, steps, traced):
@@ -213,7 +221,9 @@ def train(model, ids, targets, steps, traced):
         grads = tape.gradient(total, model.trainable_variables)
         if traced:  # the untaken switch_case branches get zero gradients, not None
             assert all(g is not None for g in grads)
-        optimizer.apply_gradients((g, v) for g, v in zip(grads, model.trainable_variables) if g is not None)
+        optimizer.apply_gradients(
+            (g, v) for g, v in zip(grads, model.trainable_variables) if g is not None
+        )
         return loss
 
     step = tf.function(step) if traced else step
@@ -225,7 +235,12 @@ def train(model, ids, targets, steps, traced):
     "overrides, traced",
     [
         (dict(architecture="supernet", search_mode="soft"), False),
-        (dict(architecture="supernet", search_mode="hard", attention="adaptive_span", num_blocks=2), True),
+        (
+            dict(
+                architecture="supernet", search_mode="hard", attention="adaptive_span", num_blocks=2
+            ),
+            True,
+        ),
     ],
     ids=["soft_eager", "hard_span_traced"],
 )
@@ -253,7 +268,9 @@ def test_arch_and_weight_variables_partition_the_trainable_variables():
 
 def test_architecture_probabilities_and_derivation():
     model = make_model(architecture="supernet")
-    logits = np.array([[0.0, 1.0, 0.0], [2.0, 0.0, 0.0], [0.0, 0.0, 3.0], [0.1, 0.0, -1.0]], "float32")
+    logits = np.array(
+        [[0.0, 1.0, 0.0], [2.0, 0.0, 0.0], [0.0, 0.0, 3.0], [0.1, 0.0, -1.0]], "float32"
+    )
     for variable, row in zip(model.arch_variables, logits):
         variable.assign(row)
     expected = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
@@ -332,10 +349,19 @@ def test_invalid_arguments_fail_at_construction():
 # attention candidates in soft (all computed) and hard (one sampled) search.
 SHARED_BIAS_CASES = {
     "transformer_xl": (dict(architecture="transformer_xl"), False),
-    "par_string_span": (dict(architecture="aafa", attention="adaptive_span", span_max=16, span_ramp=4), False),
+    "par_string_span": (
+        dict(architecture="aafa", attention="adaptive_span", span_max=16, span_ramp=4),
+        False,
+    ),
     "supernet_soft": (dict(architecture="supernet"), True),
     "supernet_hard_span": (
-        dict(architecture="supernet", search_mode="hard", attention="adaptive_span", span_max=16, span_ramp=4),
+        dict(
+            architecture="supernet",
+            search_mode="hard",
+            attention="adaptive_span",
+            span_max=16,
+            span_ramp=4,
+        ),
         True,
     ),
 }
@@ -380,7 +406,8 @@ def test_shared_rel_bias_is_one_pair_used_by_every_layer(case):
 
     layers = reference.attention_layers
     hidden, (grad_u, grad_v) = forward(model, [u, v])
-    expected, per_layer = forward(reference, [l.content_bias for l in layers] + [l.position_bias for l in layers])
+    biases = [layer.content_bias for layer in layers] + [layer.position_bias for layer in layers]
+    expected, per_layer = forward(reference, biases)
     np.testing.assert_allclose(hidden, expected, rtol=1e-5, atol=1e-5)
     # The gradient of the shared pair is the sum of what every layer sends it.
     np.testing.assert_allclose(grad_u, sum(per_layer[: len(layers)]), rtol=1e-4, atol=1e-6)
@@ -400,10 +427,14 @@ def test_shared_rel_bias_round_trips_through_checkpoints(tmp_path):
     json_clone = TransformerXLLM.from_config(json.loads(json.dumps(model.get_config())))
     assert json_clone.untie_rel_bias is False and json_clone.get_config() == model.get_config()
     # As training.checkpoint saves a run: the flat list model.variables.
-    path = tf.train.Checkpoint(variables=[v.value for v in model.variables]).write(str(tmp_path / "ckpt"))
+    path = tf.train.Checkpoint(variables=[v.value for v in model.variables]).write(
+        str(tmp_path / "ckpt")
+    )
     restored = build_model(config)
     assert len(restored.variables) == len(model.variables)
-    tf.train.Checkpoint(variables=[v.value for v in restored.variables]).read(path).assert_consumed()
+    tf.train.Checkpoint(variables=[v.value for v in restored.variables]).read(
+        path
+    ).assert_consumed()
     np.testing.assert_array_equal(restored(ids)[0].numpy(), expected)
     model.save_weights(tmp_path / "model.weights.h5")
     loaded = build_model(config)
@@ -420,7 +451,9 @@ def test_shared_rel_bias_only_with_attention():
 
 @pytest.mark.slow
 def test_shared_rel_bias_in_traced_hard_search_with_mixed_precision():
-    config = preset_config("tiny", architecture="supernet", search_mode="hard", untie_rel_bias=False)
+    config = preset_config(
+        "tiny", architecture="supernet", search_mode="hard", untie_rel_bias=False
+    )
     model = build_model(config, dtype="mixed_bfloat16")
     assert model.content_bias.dtype == "float32"
     ids = token_ids(5)

@@ -91,7 +91,9 @@ def test_soft_weights_sum_to_one_and_mix_the_candidates(inputs):
         np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("search_mode,hard_gradient", [("soft", "all"), ("hard", "all"), ("hard", "chosen")])
+@pytest.mark.parametrize(
+    "search_mode,hard_gradient", [("soft", "all"), ("hard", "all"), ("hard", "chosen")]
+)
 def test_gradients_reach_the_architecture_logits(inputs, search_mode, hard_gradient):
     x, mem = inputs
     block = make_block(search_mode=search_mode, hard_gradient=hard_gradient)
@@ -139,7 +141,9 @@ def test_hard_gradient_all_is_the_straight_through_gumbel_softmax_gradient(input
         # the other's get no gradient at all.
         attention_grads = grads[1:1 + len(attention_vars)]
         dense_grads = grads[1 + len(attention_vars):]
-        for index, (variables, got) in enumerate([(attention_vars, attention_grads), (dense_vars, dense_grads)]):
+        for index, (variables, got) in enumerate(
+            [(attention_vars, attention_grads), (dense_vars, dense_grads)]
+        ):
             if index != k:
                 assert all(g is None or not np.any(g.numpy()) for g in got)
                 continue
@@ -223,7 +227,9 @@ def test_evaluation_is_deterministic_and_noise_free(inputs, eval_mode):
         np.testing.assert_array_equal(first, outputs[1])
     else:
         probs = np.exp(logits) / np.exp(logits).sum()
-        np.testing.assert_allclose(first, sum(p * f for p, f in zip(probs, outputs)), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(
+            first, sum(p * f for p, f in zip(probs, outputs)), rtol=1e-5, atol=1e-5
+        )
 
 
 def test_noise_is_a_function_of_seed_block_and_step():
@@ -236,7 +242,8 @@ def test_noise_is_a_function_of_seed_block_and_step():
     first, second = make_block(seed=3, search_mode="hard"), make_block(seed=3, search_mode="hard")
     for step in range(5):
         np.testing.assert_array_equal(
-            first.mixing_weights(1.0, step, True).numpy(), second.mixing_weights(1.0, step, True).numpy()
+            first.mixing_weights(1.0, step, True).numpy(),
+            second.mixing_weights(1.0, step, True).numpy(),
         )
 
 
@@ -259,7 +266,9 @@ def test_noise_is_gumbel_and_sampling_follows_softmax():
 
 
 def graph_op_types(block, x, mem, training):
-    fn = tf.function(lambda x, mem: block(x, mem, tau=1.0, step=tf.constant(2, tf.int64), training=training))
+    fn = tf.function(
+        lambda x, mem: block(x, mem, tau=1.0, step=tf.constant(2, tf.int64), training=training)
+    )
     return {op.type for op in fn.get_concrete_function(x, mem).graph.get_operations()}
 
 
@@ -271,7 +280,9 @@ def test_hard_search_and_argmax_eval_compute_one_candidate_in_a_case(inputs):
     soft = make_block(search_mode="soft", eval_mode="expected")
     assert not graph_op_types(soft, x, mem, True) & {"Case", "StatelessCase"}
     # The graph of hard search gives the same value as eager.
-    fn = tf.function(lambda x, mem: hard(x, mem, tau=1.0, step=tf.constant(2, tf.int64), training=True))
+    fn = tf.function(
+        lambda x, mem: hard(x, mem, tau=1.0, step=tf.constant(2, tf.int64), training=True)
+    )
     eager = hard(x, mem, tau=1.0, step=2, training=True).numpy()
     np.testing.assert_allclose(fn(x, mem).numpy(), eager, atol=1e-6)
 

@@ -130,7 +130,9 @@ def derivation_report(model_config, arch_probs, seq_len, mem_len, batch_size=Non
         "relative_flops": None,
         "speedup": None,
         "attention_fraction": arch.count("a") / len(arch),
-        "attention_flops_fraction": float(ours["attention"] / ours["total"]) if ours["total"] else 0.0,
+        "attention_flops_fraction": float(ours["attention"] / ours["total"])
+        if ours["total"]
+        else 0.0,
         "params": flops.param_count(model_config, arch),
         "transformer_xl_params": None,
         "seq_len": int(seq_len),
@@ -271,6 +273,7 @@ def read_architecture(value, num_blocks=None):
         )
     if num_blocks is not None and len(arch) != num_blocks:
         raise ValueError(
-            f"architecture {arch!r} has {len(arch)} blocks but the model has num_blocks={num_blocks}"
+            f"architecture {arch!r} has {len(arch)} blocks but the model has "
+            f"num_blocks={num_blocks}"
         )
     return arch

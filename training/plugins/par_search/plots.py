@@ -294,7 +294,9 @@ def plot_arch_history(history, png_path, gif_path=None, *, dpi=100, frame_ms=200
     _panels_png(steps, probs, history.choices, png_path, dpi, dict(freezes or {}))
     if gif_path is not None:
         if max_frames is not None and len(steps) > max_frames:
-            keep = np.unique(np.round(np.linspace(0, len(steps) - 1, max(max_frames, 2))).astype(int))
+            keep = np.unique(
+                np.round(np.linspace(0, len(steps) - 1, max(max_frames, 2))).astype(int)
+            )
             steps, probs = steps[keep], probs[keep]
         _matrix_gif(steps, probs, history.choices, gif_path, dpi, frame_ms)
         written.append(os.fspath(gif_path))
