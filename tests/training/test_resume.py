@@ -26,7 +26,7 @@ CHECKPOINT_EVERY = 10
 # depth, and every block adds tracing time to each of the three runs.
 _FAMILY_FLAGS = {
     "transformer_xl": ["--preset=tiny", "--num_blocks=2"],
-    "sha_rnn": ["--model_family=sha_rnn", "--preset=sha_rnn_tiny", "--optimizer=lamb"],
+    "sha_rnn": ["--model_family=sha_rnn", "--preset=sha_rnn_tiny", "--optimizer=lamb_sharnn"],
 }
 
 # Trains each run of argv[1] (JSON list of train.py argument lists) in turn,
