@@ -14,13 +14,21 @@ One block, every dropout at the block rate (the reference's dropouth):
     x, (h_T, c_T) = LSTM(h, (h_0, c_0));  h = dropout(x)         # no residual
     if attention:                                                 # SHA blocks
         mh = LN_mem(h);  h = LN_mid(h)
-        h = dropout(Attention(h, concat(memory, mh))) + h
+        h = dropout(Attention(h, concat(memory, mh), key_mask)) + h
         new_memory = last mem_len positions of concat(memory, mh)
     h = LN_ff(h) + dropout(Boom(LN_xff(h)))
 
 with `Boom(x) = sum of the F / D chunks of dropout(GELU(W_1 x + b_1))` (no
 second matrix). The returned LSTM states and memory are gradient-stopped.
 Layer norms use the reference's epsilon 1e-12.
+
+Empty memory: a memory position whose vector is all zeros is an empty slot,
+masked out of the attention (`key_mask`). The memory starts as M zero
+vectors (`ShaRnnLM.initial_state`), so a fresh model attends only to what it
+has seen, as the reference, whose memory starts empty and grows segment by
+segment; the shapes stay fixed (XLA, tf.distribute, exported signatures).
+A real memory vector is LN_mem's output, which is all zeros only if the
+LSTM output is constant over the D units and LN_mem's offset is zero.
 """
 
 import math
@@ -211,8 +219,9 @@ class ShaRnnBlock(keras.layers.Layer):
             inputs: [B, T, D] block input.
             state_h: [B, D] LSTM hidden state from the previous segment.
             state_c: [B, D] LSTM cell state from the previous segment.
-            memory: [B, M, D] attention memory (M may be 0); only with
-                use_attention, else ignored.
+            memory: [B, M, D] attention memory (M may be 0; all-zero
+                positions are empty and masked out); only with use_attention,
+                else ignored.
             training: bool, enables dropout.
             mem_len: int >= 0, positions kept in the new memory.
 
@@ -233,8 +242,11 @@ class ShaRnnBlock(keras.layers.Layer):
             h = self.mid_norm(h)
             if memory is None:
                 memory = tf.zeros_like(mh[:, :0])  # [B, 0, D]
-            keys = tf.concat([tf.cast(memory, dtype), mh], axis=1)  # [B, M + T, D]
-            attended = self.attention(h, keys, training=training)
+            memory = tf.cast(memory, dtype)
+            keys = tf.concat([memory, mh], axis=1)  # [B, M + T, D]
+            key_mask = tf.concat([tf.reduce_any(tf.not_equal(memory, 0), axis=-1),  # [B, M]
+                                  tf.ones_like(mh[:, :, 0], tf.bool)], axis=1)  # [B, M + T]
+            attended = self.attention(h, keys, training=training, key_mask=key_mask)
             h = self.attention_dropout(attended, training=training) + h
             new_memory = next_memory(keys, mem_len)
         boom = self.boom(self.ff_input_norm(h), training=training)
