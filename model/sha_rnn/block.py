@@ -40,6 +40,7 @@ from model.layers.dropout import FastDropout
 from model.layers.layer_norm import LayerNorm
 from model.layers.relative_attention import clone_initializer
 from model.sha_rnn.attention import SingleHeadAttention, init_stddev, offset_seed, sigmoid_gelu, next_memory
+from model.sha_rnn.lstm import ProjectedLSTM
 
 LAYER_NORM_EPSILON = 1e-12  # the reference's LayerNorm(eps=1e-12)
 
@@ -118,7 +119,9 @@ class ShaRnnBlock(keras.layers.Layer):
 
     The LSTM is `keras.layers.LSTM` with cuDNN-compatible settings (tanh,
     sigmoid recurrent activation, no recurrent dropout, not unrolled, with
-    bias), so a GPU runs it as one cuDNN kernel. It is not touched by the
+    bias), so a GPU runs it as one cuDNN kernel; elsewhere `ProjectedLSTM`
+    (model/sha_rnn/lstm.py) computes the input projection of all steps
+    outside the recurrence (same weights, same numbers). It is not touched by the
     reference's `init_weights`, so it keeps PyTorch's LSTM initialisation:
     every weight U(-1/sqrt(D), 1/sqrt(D)) (PyTorch has two biases per gate,
     Keras one; the single bias is drawn from the same uniform), and no unit
@@ -163,7 +166,7 @@ class ShaRnnBlock(keras.layers.Layer):
         bound = 1.0 / math.sqrt(d)
         lstm_init = keras.initializers.RandomUniform(-bound, bound, seed=seed)
         self.start_norm = norm("start_norm")  # LN_start
-        self.lstm = keras.layers.LSTM(
+        self.lstm = ProjectedLSTM(
             d,
             activation="tanh",
             recurrent_activation="sigmoid",
