@@ -197,7 +197,7 @@ class Case:
         model = build_model(self.config)
         self._freeze(model)
         weights, arch = list(model.weight_variables), list(model.arch_variables)
-        from training.fused_adam import FusedAdam
+        from training.optimizers.fused_adam import FusedAdam
 
         w_opt = FusedAdam(1e-3)
         w_opt.build(weights)

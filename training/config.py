@@ -17,7 +17,8 @@ annealing and the warm-ups are planned for the run's *horizon*, its total
 steps at the first start (`total_steps`), which a resumed run keeps even when
 --max_steps/--epochs change how long it runs (training/trainer.py). The
 warm-ups are capped at a fraction of the horizon (`capped_warmup`):
---warmup_steps at `WARMUP_FRACTION` (10%) and --arch_warmup_steps at 20%
+--warmup_steps at --warmup_fraction (default `WARMUP_FRACTION`, 10%; the
+SHA-RNN/LSTM presets 50%) and --arch_warmup_steps at 20%
 (training/plugins/par_search/plugin.py), so a short run still warms up, then trains.
 """
 
@@ -30,6 +31,7 @@ from model import families
 from model.config_base import ConfigBase, cutoffs_problem, field
 from training import plugins, run_dir
 from training.optimizers import OPTIMIZERS as _OPTIMIZER_TABLE
+from training.optimizers import OPTION_FIELDS as _OPTIMIZER_OPTIONS
 from training.plugins.par_search import config as search_config
 from training.plugins.par_search.config import SearchConfig
 from training.run_dir import CONFIG_FILE
@@ -45,7 +47,8 @@ OPTIMIZERS = tuple(_OPTIMIZER_TABLE)
 LR_SCHEDULES = ("cosine", "linear", "constant", "inverse_sqrt")
 TAU_SCHEDULES = search_config.TAU_SCHEDULES
 SPLITS = ("train", "valid", "test")
-# The learning-rate warm-up is at most this fraction of the planned steps.
+# The learning-rate warm-up is at most this fraction of the planned steps
+# (the default of --warmup_fraction).
 WARMUP_FRACTION = 0.1
 
 # Fields that may change when a run is resumed: how long it runs, how often it
@@ -91,7 +94,8 @@ class TrainConfig(ConfigBase):
       WARMUP_FRACTION (10%) (the search: 20%) of the run's planned steps are
       used.
     - weight_decay never touches biases and normalisation scales (each
-      optimizer owns its decay rule: training/optimizers.py).
+      optimizer owns its decay rule: training/optimizers/; lamb_sharnn, as
+      its reference, decays every weight).
     """
 
     ERROR = ConfigError
@@ -130,14 +134,21 @@ class TrainConfig(ConfigBase):
         "group": "search", "flag": False, "section": True})
     # Optimisation of the weights.
     optimizer: str = _field(
-        "adam", "optimisation", "Weights optimizer (training/optimizers.py): " + " ".join(
+        "adam", "optimisation", "Weights optimizer (training/optimizers/): " + " ".join(
             f"{name}: {spec.help}" for name, spec in _OPTIMIZER_TABLE.items()),
         tuple(_OPTIMIZER_TABLE))
     learning_rate: float = _field(1e-3, "optimisation", "Peak learning rate of the weights.")
-    weight_decay: float = _field(0.0, "optimisation", "Weight decay of the weight matrices.")
+    weight_decay: float = _field(0.0, "optimisation", "Weight decay: of the weight matrices "
+                                 "(adam, adamw, lamb, adagrad), of every weight (lamb_sharnn).")
     beta_1: float = _field(0.9, "optimisation", "Adam beta_1 of the weights optimizer.")
     beta_2: float = _field(0.999, "optimisation", "Adam beta_2 of the weights optimizer.")
     epsilon: float = _field(1e-8, "optimisation", "Adam epsilon of both optimizers.")
+    min_trust: float | None = _field(
+        None, "optimisation", "lamb_sharnn only: floor of the trust ratio (0: none; default "
+        "0.25, the SHA-RNN reference's).")
+    weight_norm_clip: float | None = _field(
+        None, "optimisation", "lamb_sharnn only: clamp of the weight norm in the trust ratio "
+        "(0: no clamp; default 10, the SHA-RNN reference's).")
     clip_norm: float = _field(0.25, "optimisation",
                               "Global-norm clipping of the weight gradients (0: off).")
     on_nonfinite: str = _field(
@@ -152,8 +163,12 @@ class TrainConfig(ConfigBase):
     lr_schedule: str = _field(
         "cosine", "schedule", "Learning rate after the linear warmup (inverse_sqrt: peak * "
         "sqrt(warmup / step), Transformer-XL's).", LR_SCHEDULES)
-    warmup_steps: int = _field(0, "schedule", "Linear warmup steps (at most 10% of the run's "
-                               "planned steps are used).")
+    warmup_steps: int = _field(0, "schedule", "Linear warmup steps (at most --warmup_fraction "
+                               "of the run's planned steps are used).")
+    warmup_fraction: float = _field(
+        WARMUP_FRACTION, "schedule", "Largest share of the run's planned steps spent in the learning-rate "
+        "warm-up: a shorter run than --warmup_steps / --warmup_fraction warms up for that share "
+        "only (1: no cap).")
     decay_steps: int = _field(0, "schedule", "Step at which --min_lr is reached (0: the end "
                               "planned at the first start).")
     min_lr: float = _field(0.0, "schedule", "Learning-rate floor.")
@@ -248,6 +263,15 @@ class TrainConfig(ConfigBase):
         for flag in ("beta_1", "beta_2"):
             require(0 <= getattr(self, flag) < 1, flag, "must be in [0, 1)")
         require(self.epsilon > 0, "epsilon", "must be > 0")
+        require(0 < self.warmup_fraction <= 1, "warmup_fraction", "must be in (0, 1]")
+        takes = _OPTIMIZER_TABLE[self.optimizer].options
+        for flag in _OPTIMIZER_OPTIONS:
+            if getattr(self, flag) is None:
+                continue
+            users = [name for name, spec in _OPTIMIZER_TABLE.items() if flag in spec.options]
+            require(flag in takes, flag, f"does not apply to --optimizer={self.optimizer}: drop "
+                    f"it or use --optimizer={'/'.join(users)}")
+            require(getattr(self, flag) >= 0, flag, "must be >= 0 (0: off)")
         require(self.min_lr <= self.learning_rate, "min_lr",
                 f"must not exceed --learning_rate={self.learning_rate}")
         require(self.epochs >= 1 or self.max_steps >= 1, "epochs",

@@ -1,6 +1,7 @@
 """Learning-rate schedules and the Gumbel-softmax temperature annealing.
 
-Learning rate: a linear warmup from 0 to `peak_lr` over `warmup_steps`, then a
+Learning rate: a linear warmup from 0 (constant: from peak / warmup, the
+SHA-RNN reference's count) to `peak_lr` over `warmup_steps`, then a
 decay (cosine, linear or none) that reaches `min_lr` at `decay_steps` (the
 total number of steps, warmup included) and stays there: a run that goes on
 past its planned length never sees the learning rate rise again, unlike a
@@ -52,6 +53,10 @@ class _WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
         self.min_lr = float(min_lr)
         self.name = name or type(self).__name__
 
+    # Steps counted by the warm-up at the step index 0: 0 (the first step
+    # trains at 0) or 1 (at peak / warmup_steps).
+    _warmup_offset = 0
+
     def _decay(self, progress):
         """Decay factor: 1 at progress 0 (the peak), 0 at progress 1 (the floor)."""
         raise NotImplementedError
@@ -64,7 +69,7 @@ class _WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
             warmup = float(self.warmup_steps)
             # max(.., 1) keeps the division finite when there is no warmup or
             # no decay phase; the tf.where below never selects those branches.
-            warm_lr = peak * step / max(warmup, 1.0)
+            warm_lr = peak * (step + self._warmup_offset) / max(warmup, 1.0)
             span = max(float(self.decay_steps - self.warmup_steps), 1.0)
             progress = tf.clip_by_value((step - warmup) / span, 0.0, 1.0)
             decay_lr = floor + (peak - floor) * self._decay(progress)
@@ -119,9 +124,16 @@ class WarmupLinearSchedule(_WarmupDecaySchedule):
 class WarmupConstantSchedule(_WarmupDecaySchedule):
     """Linear warmup to `peak_lr`, then `peak_lr` until `decay_steps`, then `min_lr`.
 
-    With the default `min_lr` equal to `peak_lr` (see `make_lr_schedule`), the
-    rate stays at the peak for good.
+    The SHA-RNN reference's schedule (main.py: `lr * min(step, warmup) /
+    warmup` with steps counted from 1): the warm-up counts the step being
+    taken, `lr(s) = peak_lr * (s + 1) / warmup_steps` for the step index
+    `s < warmup_steps` (index 0 trains at peak / warmup, index warmup - 1 at
+    the peak), unlike the other schedules whose warm-up starts at 0. With the
+    default `min_lr` equal to `peak_lr` (see `make_lr_schedule`), the rate
+    stays at the peak for good.
     """
+
+    _warmup_offset = 1
 
     def _decay(self, progress):
         return tf.ones_like(progress)

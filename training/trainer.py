@@ -46,7 +46,12 @@ They are planned for the run's horizon: its total steps at the first start,
 saved in the checkpoints (`TrainState.horizon`), so a run resumed with
 another --max_steps/--epochs keeps its learning rate and temperature curves
 and only stops earlier or later. The learning-rate warm-up is
-`min(--warmup_steps, 10% of the horizon)` (`training.config.capped_warmup`).
+`min(--warmup_steps, --warmup_fraction of the horizon)`
+(`training.config.capped_warmup`); the log line says when the cap shortens it.
+
+The schedules take the index of the step being taken (0 for the first
+step); the learning-rate warm-up counts steps from 1, as the references do
+(training/schedules.py): the first step trains at lr / warmup, not at 0.
 """
 
 import math
@@ -62,7 +67,7 @@ from model.interface import WEIGHTS_GROUP, check_model
 from training import checkpoint as checkpoint_lib
 from training import metrics, optimizers, plugins, schedules
 from training import strategy as strategy_lib
-from training.config import WARMUP_FRACTION, capped_warmup, check_batch_split, total_steps
+from training.config import capped_warmup, check_batch_split, total_steps
 
 EVAL_PROGRESS_SECONDS = 10.0  # a progress line at most this often during evaluation
 
@@ -114,16 +119,19 @@ class Trainer:
                             "no fast float16 math, so this runs slower than float32 (CPUs "
                             "with bfloat16 instructions may gain from mixed_bfloat16)")
         keras.utils.set_random_seed(config.model.seed)
-        self.warmup_steps = capped_warmup(config.warmup_steps, self.horizon, WARMUP_FRACTION)
+        self.warmup_steps = capped_warmup(config.warmup_steps, self.horizon,
+                                          config.warmup_fraction)
         self.lr_schedule = schedules.make_lr_schedule(
             config.lr_schedule, config.learning_rate, self.warmup_steps,
             config.decay_steps or max(self.horizon, self.warmup_steps), config.min_lr)
         logging.info(
-            "schedules planned for %d steps%s; learning-rate warm-up %d steps (--warmup_steps=%d,"
-            " at most %d%% of them)", self.horizon,
+            "schedules planned for %d steps%s; learning-rate warm-up %d steps%s", self.horizon,
             "" if self.horizon == self.total_steps else
             f" (fixed at the first start; this run stops at step {self.total_steps})",
-            self.warmup_steps, config.warmup_steps, round(100 * WARMUP_FRACTION))
+            self.warmup_steps,
+            "" if self.warmup_steps == config.warmup_steps else
+            f" (--warmup_steps={config.warmup_steps} capped: the run is too short for it, at "
+            f"most --warmup_fraction={config.warmup_fraction:g} of its steps warm up)")
 
         with strategy.scope():
             self.model = check_model(build_model(config.model))

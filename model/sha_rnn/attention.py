@@ -17,7 +17,8 @@ LN_mem(h))` (the block builds both), the layer computes, as the reference's
     out = dropout_w(softmax(q k^T / sqrt(D) + causal)) v
 
 The causal mask lets query i (absolute position M + i) see every memory
-position and the current positions up to i. The reference's optional `r`
+position and the current positions up to i; an optional key mask removes
+key positions (the block's empty memory slots, see model/sha_rnn/block.py). The reference's optional `r`
 (gated projection of [out, q]) is off in the SHA-RNN block, so it is absent.
 """
 
@@ -136,13 +137,15 @@ class SingleHeadAttention(keras.layers.Layer):
         c, f = cf[: self.d_model], cf[self.d_model :]
         return tf.sigmoid(f) * tf.tanh(c)
 
-    def call(self, query, keys, training=False):
+    def call(self, query, keys, training=False, key_mask=None):
         """Attends from the segment's positions to memory + segment.
 
         Args:
             query: [B, T, D], the block state LN_mid(h).
             keys: [B, K, D] with K = M + T, concat(memory, LN_mem(h)); also the values.
             training: bool, enables dropout.
+            key_mask: optional bool [B, K], False for key positions no query
+                may see (on top of the causal mask; the last T must be True).
 
         Returns:
             [B, T, D] attention output (before the block's dropout and residual).
@@ -157,8 +160,10 @@ class SingleHeadAttention(keras.layers.Layer):
         v = self.value_dropout(self.value_gate() * keys, training=training)  # [B, K, D]
 
         scores = tf.einsum("btd,bkd->btk", q, k) / tf.constant(math.sqrt(self.d_model), dtype)
-        mask = causal_mask(tf.shape(q)[1], tf.shape(k)[1])  # [T, K]
-        scores = tf.where(mask[None], tf.cast(scores, tf.float32), _MASK_VALUE)  # [B, T, K]
+        mask = causal_mask(tf.shape(q)[1], tf.shape(k)[1])[None]  # [1, T, K]
+        if key_mask is not None:
+            mask = mask & key_mask[:, None, :]  # [B, T, K]
+        scores = tf.where(mask, tf.cast(scores, tf.float32), _MASK_VALUE)  # [B, T, K]
         weights = tf.cast(tf.nn.softmax(scores, axis=-1), dtype)
         weights = self.weight_dropout(weights, training=training)
         return tf.einsum("btk,bkd->btd", weights, v)  # [B, T, D]

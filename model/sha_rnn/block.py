@@ -14,13 +14,21 @@ One block, every dropout at the block rate (the reference's dropouth):
     x, (h_T, c_T) = LSTM(h, (h_0, c_0));  h = dropout(x)         # no residual
     if attention:                                                 # SHA blocks
         mh = LN_mem(h);  h = LN_mid(h)
-        h = dropout(Attention(h, concat(memory, mh))) + h
+        h = dropout(Attention(h, concat(memory, mh), key_mask)) + h
         new_memory = last mem_len positions of concat(memory, mh)
     h = LN_ff(h) + dropout(Boom(LN_xff(h)))
 
 with `Boom(x) = sum of the F / D chunks of dropout(GELU(W_1 x + b_1))` (no
 second matrix). The returned LSTM states and memory are gradient-stopped.
 Layer norms use the reference's epsilon 1e-12.
+
+Empty memory: a memory position whose vector is all zeros is an empty slot,
+masked out of the attention (`key_mask`). The memory starts as M zero
+vectors (`ShaRnnLM.initial_state`), so a fresh model attends only to what it
+has seen, as the reference, whose memory starts empty and grows segment by
+segment; the shapes stay fixed (XLA, tf.distribute, exported signatures).
+A real memory vector is LN_mem's output, which is all zeros only if the
+LSTM output is constant over the D units and LN_mem's offset is zero.
 """
 
 import math
@@ -38,6 +46,7 @@ from model.sha_rnn.attention import (
     offset_seed,
     sigmoid_gelu,
 )
+from model.sha_rnn.lstm import ProjectedLSTM
 
 LAYER_NORM_EPSILON = 1e-12  # the reference's LayerNorm(eps=1e-12)
 
@@ -116,7 +125,9 @@ class ShaRnnBlock(keras.layers.Layer):
 
     The LSTM is `keras.layers.LSTM` with cuDNN-compatible settings (tanh,
     sigmoid recurrent activation, no recurrent dropout, not unrolled, with
-    bias), so a GPU runs it as one cuDNN kernel. It is not touched by the
+    bias), so a GPU runs it as one cuDNN kernel; elsewhere `ProjectedLSTM`
+    (model/sha_rnn/lstm.py) computes the input projection of all steps
+    outside the recurrence (same weights, same numbers). It is not touched by the
     reference's `init_weights`, so it keeps PyTorch's LSTM initialisation:
     every weight U(-1/sqrt(D), 1/sqrt(D)) (PyTorch has two biases per gate,
     Keras one; the single bias is drawn from the same uniform), and no unit
@@ -161,7 +172,7 @@ class ShaRnnBlock(keras.layers.Layer):
         bound = 1.0 / math.sqrt(d)
         lstm_init = keras.initializers.RandomUniform(-bound, bound, seed=seed)
         self.start_norm = norm("start_norm")  # LN_start
-        self.lstm = keras.layers.LSTM(
+        self.lstm = ProjectedLSTM(
             d,
             activation="tanh",
             recurrent_activation="sigmoid",
@@ -217,8 +228,9 @@ class ShaRnnBlock(keras.layers.Layer):
             inputs: [B, T, D] block input.
             state_h: [B, D] LSTM hidden state from the previous segment.
             state_c: [B, D] LSTM cell state from the previous segment.
-            memory: [B, M, D] attention memory (M may be 0); only with
-                use_attention, else ignored.
+            memory: [B, M, D] attention memory (M may be 0; all-zero
+                positions are empty and masked out); only with use_attention,
+                else ignored.
             training: bool, enables dropout.
             mem_len: int >= 0, positions kept in the new memory.
 
@@ -239,8 +251,11 @@ class ShaRnnBlock(keras.layers.Layer):
             h = self.mid_norm(h)
             if memory is None:
                 memory = tf.zeros_like(mh[:, :0])  # [B, 0, D]
-            keys = tf.concat([tf.cast(memory, dtype), mh], axis=1)  # [B, M + T, D]
-            attended = self.attention(h, keys, training=training)
+            memory = tf.cast(memory, dtype)
+            keys = tf.concat([memory, mh], axis=1)  # [B, M + T, D]
+            key_mask = tf.concat([tf.reduce_any(tf.not_equal(memory, 0), axis=-1),  # [B, M]
+                                  tf.ones_like(mh[:, :, 0], tf.bool)], axis=1)  # [B, M + T]
+            attended = self.attention(h, keys, training=training, key_mask=key_mask)
             h = self.attention_dropout(attended, training=training) + h
             new_memory = next_memory(keys, mem_len)
         boom = self.boom(self.ff_input_norm(h), training=training)

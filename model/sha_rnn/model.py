@@ -22,7 +22,10 @@ Data flow:
 State (a flat list, always in this order):
     [h_0, c_0, h_1, c_1, ..., h_{L-1}, c_{L-1}, memory_a0, ..., memory_a{A-1}]
 with h_i, c_i [B, D] the LSTM states of block i, and one memory [B, M, D]
-per attention block in increasing block order. Everything returned is
+per attention block in increasing block order. Memory positions that are
+all zeros are empty: the attention does not see them, so the zero memory of
+`initial_state` is an empty one (the reference starts every epoch and every
+evaluation with no memory), with fixed shapes. Everything returned is
 gradient-stopped: no backpropagation between segments.
 
 Every dropout is `model.layers.dropout.FastDropout` (rates rounded to 1/256).
@@ -182,12 +185,16 @@ class ShaRnnLM(keras.Model):
         return int(mem_len)
 
     def initial_state(self, batch_size, mem_len=None):
-        """Zero state to start from.
+        """Zero state to start from: zero LSTM states, empty memories.
+
+        The memories are M zero vectors, which the attention treats as empty
+        positions (masked out): the first segment attends only to itself,
+        the next to the first and itself, and so on, as with no memory.
 
         Args:
             batch_size: int (or scalar int tensor) B.
             mem_len: int M of the zero memories; None: the config's mem_len;
-                0: empty memories (e.g. for generation).
+                0: memories of length 0.
 
         Returns:
             list of `num_states` zero tensors in the compute dtype:

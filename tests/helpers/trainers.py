@@ -6,7 +6,7 @@ Shared by the tests that compare two ways of taking the same training steps
 
 import numpy as np
 
-# Per family: the tiny preset, dropout off (SHA-RNN: LAMB, its recipe), L2
+# Per family: the tiny preset, dropout off (SHA-RNN: lamb_sharnn, its recipe), L2
 # decay and clipping on so that the whole update path is compared.
 # Transformer-XL with 2 supernet blocks, not 4: the equivalence does not depend
 # on depth, and every block adds tracing time to each trainer.
@@ -15,7 +15,7 @@ FAMILY_FLAGS = {
                        "--arch_warmup_steps=0"],
     "sha_rnn": ["--model_family=sha_rnn", "--preset=sha_rnn_tiny", "--dropout=0",
                 "--dropout_input=0", "--dropout_hidden=0", "--attn_dropout=0",
-                "--optimizer=lamb"],
+                "--optimizer=lamb_sharnn"],
 }
 # Extra losses with weights that make them count (span loss, activation
 # regularisation): each must be counted once, not K times.

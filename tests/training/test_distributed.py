@@ -29,7 +29,7 @@ _FAMILY_FLAGS = {
     "transformer_xl": ["--preset=tiny", "--num_blocks=2", "--dropout=0"],
     "sha_rnn": ["--model_family=sha_rnn", "--preset=sha_rnn_tiny", "--dropout=0",
                 "--dropout_input=0", "--dropout_hidden=0", "--attn_dropout=0",
-                "--optimizer=lamb"],
+                "--optimizer=lamb_sharnn"],
 }
 
 # Child: per family (argv[3], JSON family -> flags), the same global batches

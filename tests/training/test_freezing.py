@@ -1,4 +1,4 @@
-"""Progressive freezing of the PAR search (training/plugins/par_search.py, docs/freezing.md).
+"""Progressive freezing of the PAR search (training/plugins/par_search/, docs/freezing.md).
 
 A frozen block computes its chosen candidate alone: training the supernet
 on from a freeze equals training the derived fixed network with the carried

@@ -62,7 +62,7 @@ def _run(optimizer, rng_seed, jit=False, sparse_first=False):
 
 @pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
 def test_fused_adam_matches_numpy_adam(jit):
-    from training.fused_adam import FusedAdam
+    from training.optimizers.fused_adam import FusedAdam
 
     optimizer = FusedAdam(learning_rate=0.01, beta_1=0.8, beta_2=0.95, epsilon=1e-6)
     start, grads, variables = _run(optimizer, 0, jit=jit, sparse_first=not jit)
@@ -78,7 +78,7 @@ def test_fused_adam_matches_numpy_adam(jit):
 def test_fused_adam_equals_keras_adam_and_keeps_its_variables():
     import keras
 
-    from training.fused_adam import FusedAdam
+    from training.optimizers.fused_adam import FusedAdam
 
     fused, plain = FusedAdam(learning_rate=3e-3), keras.optimizers.Adam(learning_rate=3e-3)
     _, _, fused_vars = _run(fused, 1)
@@ -95,7 +95,7 @@ def test_fused_adam_equals_keras_adam_and_keeps_its_variables():
 
 
 def test_fused_adamw_decays_like_adamw():
-    from training.fused_adam import FusedAdamW
+    from training.optimizers.fused_adam import FusedAdamW
 
     optimizer = FusedAdamW(learning_rate=0.02, weight_decay=0.3, beta_1=0.9, beta_2=0.99,
                            epsilon=1e-7)
@@ -108,7 +108,7 @@ def test_fused_adamw_decays_like_adamw():
 def test_amsgrad_falls_back_to_keras_update():
     import keras
 
-    from training.fused_adam import FusedAdam
+    from training.optimizers.fused_adam import FusedAdam
 
     fused = FusedAdam(learning_rate=0.01, amsgrad=True)
     plain = keras.optimizers.Adam(learning_rate=0.01, amsgrad=True)
@@ -123,7 +123,7 @@ def test_the_update_is_the_fused_kernel():
     import keras
     import tensorflow as tf
 
-    from training.fused_adam import FusedAdam
+    from training.optimizers.fused_adam import FusedAdam
 
     variables = [keras.Variable(np.ones(s, np.float32)) for s in SHAPES]
     optimizer = FusedAdam(learning_rate=0.1)

@@ -8,7 +8,8 @@ gradient exactly zero (the token NLL times a gate variable set to 0), so that
 only weight decay can move a weight: L2 optimizers (adam, adagrad) then see
 the gradient `wd * w` of the decayed weights only and move them by about `lr`
 against their sign; decoupled ones (adamw, lamb) shrink them by exactly
-`lr * wd * w` and leave the rest untouched.
+`lr * wd * w` and leave the rest untouched. lamb_sharnn follows its
+reference instead: it decays every weight, inside its trust ratio.
 """
 
 import re
@@ -80,23 +81,26 @@ def test_decayed_set_is_chosen_by_role(tiny_data, tmp_path, family, flags):
 @pytest.mark.slow
 @pytest.mark.parametrize("family,optimizer", [
     ("transformer_xl", "adam"), ("transformer_xl", "adamw"), ("transformer_xl", "lamb"),
-    ("transformer_xl", "adagrad"), ("sha_rnn", "lamb"), ("sha_rnn", "adam")])
+    ("transformer_xl", "adagrad"), ("sha_rnn", "lamb"), ("sha_rnn", "adam"),
+    ("sha_rnn", "lamb_sharnn")])
 def test_only_decay_moves_weights_then_training_moves_all(tiny_data, tmp_path, family,
                                                           optimizer):
     import keras
     import tensorflow as tf
 
     import data_utils
-    from training.optimizers import DECOUPLED, L2, get_optimizer
+    from training.optimizers import DECOUPLED, IN_UPDATE, L2, get_optimizer
+    from training.optimizers.lamb_sharnn import LambSharnn
     from training.trainer import Trainer
 
     config = _config(tiny_data, tmp_path, family, f"--optimizer={optimizer}")
     meta = data_utils.load_meta(config.data_dir)
     trainer = Trainer(config, meta, tf.distribute.get_strategy())
-    from training.fused_adam import FusedAdam, FusedAdamW
+    from training.optimizers.fused_adam import FusedAdam, FusedAdamW
 
     expected_class = {"adam": FusedAdam, "adamw": FusedAdamW,
-                      "lamb": keras.optimizers.Lamb, "adagrad": keras.optimizers.Adagrad}
+                      "lamb": keras.optimizers.Lamb, "adagrad": keras.optimizers.Adagrad,
+                      "lamb_sharnn": LambSharnn}
     assert type(trainer.optimizers["weights"]) is expected_class[optimizer]
     spec = get_optimizer(optimizer)
     weights_group = trainer.groups[0]
@@ -117,7 +121,22 @@ def test_only_decay_moves_weights_then_training_moves_all(tiny_data, tmp_path, f
     assert out["finite"] and out["loss"] == 0.0 and out["grad_norm"] == 0.0
     after = {v.path: np.asarray(v, dtype=np.float64) for v in trainable}
     moved = {p for p in before if not np.array_equal(before[p], after[p])}
-    assert moved == decayed, (sorted(moved - decayed), sorted(decayed - moved))
+    if spec.decay == IN_UPDATE:
+        # The reference's rule: every weight is decayed (those still zero
+        # cannot move); with no gradient the update is wd * w and the trust
+        # ratio min(||w||, 10) / (wd ||w||), floored at 0.25.
+        nonzero = {p for p, w in before.items() if np.any(w != 0)}
+        assert moved == nonzero, (sorted(moved ^ nonzero))
+        assert decayed < nonzero  # more than the role-chosen set
+        for path in nonzero:
+            w = before[path]
+            norm = np.linalg.norm(w)
+            ratio = max(min(norm, 10.0) / (WD * norm), 0.25)
+            np.testing.assert_allclose(after[path] - w, -LR * ratio * WD * w, rtol=1e-4,
+                                       atol=1e-9, err_msg=path)
+        decayed = set()
+    else:
+        assert moved == decayed, (sorted(moved - decayed), sorted(decayed - moved))
     for path in decayed:
         w, delta = before[path], after[path] - before[path]
         if spec.decay == DECOUPLED:  # w <- w - lr * wd * w

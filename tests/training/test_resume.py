@@ -28,7 +28,7 @@ CHECKPOINT_EVERY = 10
 # depth, and every block adds tracing time to each of the three runs.
 _FAMILY_FLAGS = {
     "transformer_xl": ["--preset=tiny", "--num_blocks=2"],
-    "sha_rnn": ["--model_family=sha_rnn", "--preset=sha_rnn_tiny", "--optimizer=lamb"],
+    "sha_rnn": ["--model_family=sha_rnn", "--preset=sha_rnn_tiny", "--optimizer=lamb_sharnn"],
     # Fast architecture learning and a short window: freezes before and after step 10.
     "transformer_xl_freezing": ["--preset=tiny", "--num_blocks=3", "--arch_learning_rate=0.3",
                                 "--freeze_threshold=0.6", "--freeze_window=3"],

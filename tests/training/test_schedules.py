@@ -57,8 +57,11 @@ def test_linear_and_constant_kinds():
     assert lr(lin, 60) == pytest.approx(0.55, rel=1e-6)  # halfway from 1.0 to 0.1
     assert lr(lin, 500) == pytest.approx(0.1, rel=1e-6)
     const = make_lr_schedule("constant", 1.0, 10, 110, 0.1)
-    assert lr(const, 5) == pytest.approx(0.5)
-    assert lr(const, 10) == lr(const, 60) == lr(const, 10**6) == pytest.approx(1.0)
+    # The SHA-RNN reference's warm-up counts the step being taken from 1:
+    # lr * min(step, warmup) / warmup, here with step = index + 1.
+    for index in range(20):
+        assert lr(const, index) == pytest.approx(min(index + 1, 10) / 10, rel=1e-6), index
+    assert lr(const, 9) == lr(const, 60) == lr(const, 10**6) == pytest.approx(1.0)
     assert isinstance(make_lr_schedule("cosine", 1.0, 1, 2), WarmupCosineSchedule)
 
 
@@ -94,7 +97,8 @@ def test_inverse_sqrt_floor_and_no_warmup():
 
 def test_every_schedule_kind_is_registered():
     for kind in schedules.LR_SCHEDULES:
-        assert lr(make_lr_schedule(kind, 1.0, 10, 100), 5) == pytest.approx(0.5)
+        first = 1 if kind == "constant" else 0  # the step index 0 counts as step 1
+        assert lr(make_lr_schedule(kind, 1.0, 10, 100), 5) == pytest.approx((5 + first) / 10)
 
 
 def test_get_config_round_trip_through_keras_serialization():

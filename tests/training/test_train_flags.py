@@ -268,7 +268,11 @@ def test_sha_rnn_flags_come_from_its_config_fields(parse_any, tiny_data):
 
 def test_sha_rnn_presets_bring_their_recipe(parse_any):
     config, _ = parse_any("--model_family=sha_rnn", "--preset=lstm_small")
-    assert (config.optimizer, config.learning_rate, config.warmup_steps) == ("lamb", 2e-3, 800)
+    assert (config.optimizer, config.learning_rate, config.warmup_steps) == (
+        "lamb_sharnn", 2e-3, 800)
+    assert (config.lr_schedule, config.warmup_fraction, config.epsilon, config.weight_decay,
+            config.clip_norm) == ("constant", 0.5, 1e-6, 1.2e-6, 0.25)
+    assert (config.min_trust, config.weight_norm_clip) == (None, None)  # the optimizer's own
     assert config.preset == "lstm_small" and config.model.attention_layers == ()
     # Flags the user gives win over the recipe.
     config, _ = parse_any("--model_family=sha_rnn", "--preset=lstm_small",

@@ -193,6 +193,15 @@ def test_single_head_attention_matches_explicit_loops():
     out = attn(query, changed).numpy()
     np.testing.assert_allclose(out[:, :-1], expected[:, :-1], **TOL)
     assert not np.allclose(out[:, -1], expected[:, -1], atol=1e-3)
+    # A key mask removes positions: row 0 without its memory position 1, row 1
+    # without 0 and 2, as if those keys were not there.
+    key_mask = np.ones((B, 7), bool)
+    key_mask[0, 1] = key_mask[1, 0] = key_mask[1, 2] = False
+    masked = attn(query, keys, key_mask=tf.constant(key_mask)).numpy()
+    for row in range(B):
+        kept = keys[row : row + 1, key_mask[row]].astype(np.float64)
+        np.testing.assert_allclose(masked[row : row + 1], np_attention(
+            attn, query[row : row + 1].astype(np.float64), kept), **TOL)
 
 
 MODEL_CASES = {
@@ -226,6 +235,35 @@ def test_two_segments_with_carried_state_equal_one_pass():
     assert_states_close(state, [s.numpy() for s in full_state])
     # The memory is the memory input LN_mem(h) of every position so far.
     assert state[-1].shape == (B, 9, D)
+
+
+def test_empty_memory_equals_no_memory():
+    """The zero memory of initial_state is empty, as the reference's first memory.
+
+    From `initial_state(B)` (M = 32 zero positions) the first segments give
+    what a model fed no memory at all gives (memories of length 0 growing
+    segment by segment), for the first segment and the next ones.
+    """
+    model = make_model(attention_layers=(0, 1))
+    ids = token_ids(9)
+    empty = model.initial_state(B)
+    assert empty[-1].shape == (B, 32, D) and not np.any(empty[-1].numpy())
+    none = model.initial_state(B, mem_len=0)
+    for start, stop in ((0, 5), (5, 9)):
+        hidden, empty = model(ids[:, start:stop], state=empty, mem_len=32)
+        expected, none = model(ids[:, start:stop], state=none, mem_len=32)
+        np.testing.assert_allclose(hidden.numpy(), expected.numpy(), **TOL)
+        lstm = 2 * model.num_layers
+        assert_states_close(empty[:lstm], [s.numpy() for s in none[:lstm]])
+        for full, grown in zip(empty[lstm:], none[lstm:]):  # [B, 32, D] and [B, stop, D]
+            np.testing.assert_allclose(full[:, -stop:].numpy(), grown.numpy(), **TOL)
+            assert not np.any(full[:, :-stop].numpy())
+    # Not vacuous: a memory of small non-zero vectors is attended to.
+    small = model.initial_state(B)
+    small[-1] = tf.fill(small[-1].shape, 1e-3)
+    hidden, _ = model(ids[:, :5], state=small, mem_len=32)
+    first, _ = model(ids[:, :5], state=model.initial_state(B, mem_len=0), mem_len=32)
+    assert not np.allclose(hidden.numpy(), first.numpy(), atol=1e-4)
 
 
 def test_small_mem_len_keeps_the_truncated_tail():

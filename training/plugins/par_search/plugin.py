@@ -282,7 +282,7 @@ class ParSearch(Plugin):
     def optimizer_groups(self, step):
         if not self.searching:
             return []
-        from training.fused_adam import FusedAdam
+        from training.optimizers.fused_adam import FusedAdam
 
         c = self.config
         variables = list(self.model.variable_groups()["arch"])

@@ -1,0 +1,134 @@
+"""The weights optimizers by name: one table, each entry owning its decay rule.
+
+A new optimizer is a registry entry below plus, if it needs code, its own
+module in this package:
+
+    adam         Adam; weight decay as L2, added to the gradient (PyTorch
+                 Adam's `weight_decay`, the Transformer-XL reference). Keras'
+                 Adam with its update in one fused kernel (fused_adam.py).
+    adamw        AdamW; decoupled weight decay (Loshchilov & Hutter); fused
+                 likewise.
+    lamb         Keras' LAMB (You et al. 2019, arXiv 1904.00962): bias
+                 correction, no trust-ratio floor; decoupled weight decay.
+    lamb_sharnn  the SHA-RNN reference's LAMB (lamb_sharnn.py): trust ratio
+                 floored at --min_trust, weight norm clamped at
+                 --weight_norm_clip, no bias correction, weight decay coupled
+                 into the update of every weight. The SHA-RNN/LSTM presets'
+                 default.
+    adagrad      Adagrad, the adaptive-span reference's default; L2 decay
+                 added to the gradient (PyTorch Adagrad's `weight_decay`),
+                 accumulators start at 0 as in PyTorch.
+
+Decay rules (`OptimizerSpec.decay`): L2 and DECOUPLED only ever touch
+`model.weight_decay_variables()` (chosen by role, see model/interface.py);
+IN_UPDATE decays every weight, inside the optimizer's update, as the
+reference that rule reproduces does. Importing this package does not load
+TensorFlow, so `training.config` can validate `--optimizer` cheaply.
+"""
+
+import dataclasses
+from typing import Callable
+
+# How an optimizer applies weight decay.
+L2 = "l2"                # `weight_decay * w` is added to the gradient by the trainer
+DECOUPLED = "decoupled"  # the Keras optimizer decays the weights itself
+IN_UPDATE = "in_update"  # the optimizer adds `weight_decay * w` to its update, every weight
+
+# TrainConfig fields that only some optimizers take (`OptimizerSpec.options`).
+OPTION_FIELDS = ("min_trust", "weight_norm_clip")
+
+
+def _betas(config):
+    return dict(beta_1=config.beta_1, beta_2=config.beta_2, epsilon=config.epsilon)
+
+
+def _adam(keras, learning_rate, config):
+    from training.optimizers.fused_adam import FusedAdam
+
+    return FusedAdam(learning_rate=learning_rate, **_betas(config))
+
+
+def _adamw(keras, learning_rate, config):
+    from training.optimizers.fused_adam import FusedAdamW
+
+    return FusedAdamW(learning_rate=learning_rate, weight_decay=config.weight_decay,
+                      **_betas(config))
+
+
+def _lamb(keras, learning_rate, config):
+    return keras.optimizers.Lamb(learning_rate=learning_rate,
+                                 weight_decay=config.weight_decay or None, **_betas(config))
+
+
+def _lamb_sharnn(keras, learning_rate, config):
+    from training.optimizers.lamb_sharnn import LambSharnn
+
+    clip = 10.0 if config.weight_norm_clip is None else config.weight_norm_clip
+    return LambSharnn(
+        learning_rate=learning_rate, beta_1=config.beta_1, beta_2=config.beta_2,
+        epsilon=config.epsilon, weight_decay=config.weight_decay,
+        min_trust=0.25 if config.min_trust is None else config.min_trust,
+        weight_norm_clip=clip or None)
+
+
+def _adagrad(keras, learning_rate, config):
+    return keras.optimizers.Adagrad(learning_rate=learning_rate, initial_accumulator_value=0.0,
+                                    epsilon=config.epsilon)
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerSpec:
+    """One entry of `OPTIMIZERS`.
+
+    Attributes:
+        name: the value of `--optimizer`.
+        decay: L2, DECOUPLED or IN_UPDATE.
+        help: one line for the flag's help.
+        factory: (keras module, learning_rate, TrainConfig) -> Keras optimizer.
+        options: the `OPTION_FIELDS` this optimizer reads (given to another
+            one they are an error).
+    """
+
+    name: str
+    decay: str
+    help: str
+    factory: Callable
+    options: tuple = ()
+
+    def make(self, learning_rate, config, not_decayed=()):
+        """The Keras optimizer (not built).
+
+        Args:
+            learning_rate: float or a callable returning the current rate.
+            config: TrainConfig (beta_1, beta_2, epsilon, weight_decay).
+            not_decayed: weights that must not be decayed by role (a
+                DECOUPLED optimizer excludes them; an L2 one never sees
+                decay; IN_UPDATE decays every weight, as its reference).
+        """
+        import keras
+
+        optimizer = self.factory(keras, learning_rate, config)
+        if self.decay == DECOUPLED and config.weight_decay > 0 and not_decayed:
+            optimizer.exclude_from_weight_decay(var_list=list(not_decayed))
+        return optimizer
+
+
+OPTIMIZERS = {spec.name: spec for spec in (
+    OptimizerSpec("adam", L2, "Adam, L2 weight decay added to the gradient.", _adam),
+    OptimizerSpec("adamw", DECOUPLED, "AdamW, decoupled weight decay.", _adamw),
+    OptimizerSpec("lamb", DECOUPLED, "Keras' LAMB (layer-wise trust ratio, bias correction), "
+                  "decoupled weight decay.", _lamb),
+    OptimizerSpec("lamb_sharnn", IN_UPDATE, "The SHA-RNN reference's LAMB: trust ratio floored "
+                  "at --min_trust, weight norm clamped at --weight_norm_clip, no bias "
+                  "correction, weight decay added to the update of every weight.", _lamb_sharnn,
+                  options=("min_trust", "weight_norm_clip")),
+    OptimizerSpec("adagrad", L2, "Adagrad (accumulators from 0), L2 weight decay added to the "
+                  "gradient.", _adagrad),
+)}
+
+
+def get_optimizer(name):
+    """The `OptimizerSpec` called `name`; ValueError listing the choices otherwise."""
+    if name not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {name!r}; choose one of {sorted(OPTIMIZERS)}")
+    return OPTIMIZERS[name]
