@@ -347,12 +347,14 @@ def markdown_table(rows, peaks, command, step_kind, rounds):
         "lrrrrrrr")
     return table + "\n\n" + (
         "Matmul peak (same run, median / best round): "
-        + ", ".join(f"{k} {statistics.median(v):.0f} / {max(v):.0f} GFLOP/s" for k, v in peaks.items())
+        + ", ".join(f"{k} {statistics.median(v):.0f} / {max(v):.0f} GFLOP/s"
+                    for k, v in peaks.items())
         + f". Step: `{step_kind}`; {rounds} interleaved rounds; tokens/s and ms/step are "
-        "medians; achieved = 3 x forward FLOPs of model/transformer_xl/flops.py x tokens/s; % of peak is the "
-        "median of per-round ratios to the matmul peak of the precision measured in the same "
-        "round, % of best peak divides by the best round's peak instead (conservative when "
-        "other processes load the CPU); vs soft is the median of per-round ratios. "
+        "medians; achieved = 3 x forward FLOPs of model/transformer_xl/flops.py x tokens/s; "
+        "% of peak is the median of per-round ratios to the matmul peak of the precision "
+        "measured in the same round, % of best peak divides by the best round's peak instead "
+        "(conservative when other processes load the CPU); vs soft is the median of per-round "
+        "ratios. "
         f"Command: `{command}`"
     )
 
@@ -411,7 +413,8 @@ def summarize(cases, samples, steps):
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="smoke check: 3 small cases, 2 rounds")
-    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 15, quick 2)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="interleaved rounds (default 15, quick 2)")
     parser.add_argument("--sample_seconds", type=float, default=None,
                         help="length of one timed sample per case (default 0.5, quick 0.2)")
     parser.add_argument("--matmul_n", type=int, default=2048, help="size of the peak matmuls")

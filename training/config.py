@@ -166,9 +166,9 @@ class TrainConfig(ConfigBase):
     warmup_steps: int = _field(0, "schedule", "Linear warmup steps (at most --warmup_fraction "
                                "of the run's planned steps are used).")
     warmup_fraction: float = _field(
-        WARMUP_FRACTION, "schedule", "Largest share of the run's planned steps spent in the learning-rate "
-        "warm-up: a shorter run than --warmup_steps / --warmup_fraction warms up for that share "
-        "only (1: no cap).")
+        WARMUP_FRACTION, "schedule", "Largest share of the run's planned steps spent in the "
+        "learning-rate warm-up: a shorter run than --warmup_steps / --warmup_fraction warms up "
+        "for that share only (1: no cap).")
     decay_steps: int = _field(0, "schedule", "Step at which --min_lr is reached (0: the end "
                               "planned at the first start).")
     min_lr: float = _field(0.0, "schedule", "Learning-rate floor.")

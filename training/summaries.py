@@ -4,7 +4,8 @@ One `tf.summary` file writer per split under `<logdir>/{train,valid,test}`, so
 TensorBoard shows the splits as runs. Scalar tags are `{split}/{name}`; the
 architecture of the PAR supernet (per-block probabilities of its candidates,
 the block types of model/transformer_xl/blocks.py) and the adaptive spans go
-to the train writer under `arch/` and `spans/`. All methods are host-side: call them from the Python loop with
+to the train writer under `arch/` and `spans/`. All methods are host-side: call them from the Python
+loop with
 numbers, NumPy arrays or eager tensors, not inside a `tf.function`.
 """
 

@@ -18,7 +18,8 @@ LN_mem(h))` (the block builds both), the layer computes, as the reference's
 
 The causal mask lets query i (absolute position M + i) see every memory
 position and the current positions up to i; an optional key mask removes
-key positions (the block's empty memory slots, see model/sha_rnn/block.py). The reference's optional `r`
+key positions (the block's empty memory slots, see model/sha_rnn/block.py). The reference's optional
+`r`
 (gated projection of [out, q]) is off in the SHA-RNN block, so it is absent.
 """
 

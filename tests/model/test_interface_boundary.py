@@ -27,7 +27,8 @@ FORBIDDEN_NAMES = {
     "tau", "arch_optimizer", "weights_optimizer", "architecture",
 }
 FORBIDDEN_MODULES = (
-    "model.transformer_xl.model", "model.transformer_xl.presets", "model.transformer_xl.config", "model.transformer_xl.stochastic_block",
+    "model.transformer_xl.model", "model.transformer_xl.presets", "model.transformer_xl.config",
+    "model.transformer_xl.stochastic_block",
     "model.layers.relative_attention", "model.layers.adaptive_span", "model.sha_rnn.model",
     "model.sha_rnn.config", "training.plugins.par_search.derive",
     "training.plugins.par_search.plots", "training.plugins.span_report.plots",
@@ -73,7 +74,8 @@ def test_generic_code_names_no_model_family_internals(path):
 
 
 def test_the_check_sees_a_violation():
-    tree = ast.parse("from model.transformer_xl.presets import build_model\nx = model.initial_mems(4)\n")
+    tree = ast.parse("from model.transformer_xl.presets import build_model\n"
+                     "x = model.initial_mems(4)\n")
     assert _used_names(tree) & FORBIDDEN_NAMES == {"initial_mems"}
     assert "model.transformer_xl.presets" in _imported(tree)
 

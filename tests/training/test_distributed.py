@@ -156,7 +156,7 @@ def distributed_runs(tiny_data, tmp_path_factory, subprocess_env):
     outputs = [p.communicate(timeout=900) for p in procs]
     for proc, (_, err) in zip(procs, outputs):
         assert proc.returncode == 0, err[-3000:]
-    line = [l for l in outputs[0][0].splitlines() if l.startswith("REPORT ")][-1]
+    line = [x for x in outputs[0][0].splitlines() if x.startswith("REPORT ")][-1]
     reports = json.loads(line[len("REPORT "):])
     assert sorted(reports) == sorted(_FAMILY_FLAGS)
     return {family: (report, root / family / "default_weights.npz", root / family / "mw")

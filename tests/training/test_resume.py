@@ -4,7 +4,8 @@ Per family, `train.py` is killed with SIGKILL after its checkpoint at step 10
 and restarted in a new process; an uninterrupted run of the same flags is the
 reference. A third case searches with progressive freezing set to freeze
 blocks on both sides of the kill: the frozen set and the freezing counters
-are restored, so the restart freezes at the same steps. The uninterrupted runs of both families share one process, and so
+are restored, so the restart freezes at the same steps. The uninterrupted runs of both families
+share one process, and so
 do the restarts (each after both kills): a process per family and role would
 pay TensorFlow's start-up again for nothing.
 """

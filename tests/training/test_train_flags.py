@@ -188,7 +188,7 @@ def test_cli_errors_are_one_line_and_write_nothing(tiny_data, tmp_path, cli_case
     for name, needle in (("missing", "meta.json"), ("cutoffs", "--cutoffs=auto"),
                          ("batch_split", "--batch_split=3: must divide --batch_size=4")):
         code, _, stderr = results[name]
-        errors = [l for l in stderr.splitlines() if l.startswith("error:")]
+        errors = [x for x in stderr.splitlines() if x.startswith("error:")]
         assert code == 1 and len(errors) == 1 and needle in errors[0], stderr[-2000:]
         assert "Traceback" not in stderr
     assert not [name for name in "abc" if (tmp_path / name).exists()]

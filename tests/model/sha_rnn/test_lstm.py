@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from model.sha_rnn.lstm import ProjectedLSTM
 
-B, T, I, H = 3, 7, 5, 6
+B, T, D_IN, H = 3, 7, 5, 6
 TOL = dict(rtol=2e-5, atol=2e-6)
 
 
@@ -20,7 +20,7 @@ def _layers():
     ours = ProjectedLSTM(H, name="lstm", **kwargs)
     theirs = keras.layers.LSTM(H, name="lstm", **kwargs)
     for layer in (ours, theirs):
-        layer.build((None, None, I))
+        layer.build((None, None, D_IN))
     for a, b in zip(ours.weights, theirs.weights):
         b.assign(a)
     return ours, theirs
@@ -43,7 +43,7 @@ def test_same_numbers_and_gradients_as_keras_lstm(jit):
     ours, theirs = _layers()
     assert [w.path for w in ours.weights] == [w.path for w in theirs.weights]
     rng = np.random.default_rng(0)
-    x = tf.constant(rng.normal(size=(B, T, I)), tf.float32)
+    x = tf.constant(rng.normal(size=(B, T, D_IN)), tf.float32)
     h0 = tf.constant(rng.normal(size=(B, H)), tf.float32)
     c0 = tf.constant(rng.normal(size=(B, H)), tf.float32)
 
