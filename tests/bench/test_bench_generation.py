@@ -44,6 +44,7 @@ class ForgetfulCache:
         return self.decoder.forward(ids, self.model.initial_state(ids.shape[0], 0))
 
 
+@pytest.mark.slow
 def test_check_fails_on_a_broken_cache_and_passes_on_the_decoder():
     from serving.generation import Decoder
 

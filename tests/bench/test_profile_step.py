@@ -201,6 +201,7 @@ def test_case_selection_and_precision():
         ps.parse_args(["--cases", "nothing"])
 
 
+@pytest.mark.slow
 def test_quick_run_under_bfloat16(tmp_path):
     out = tmp_path / "profile_step.json"
     ps.main(["--quick", "--cases", "transformer_xl", "--precision", "mixed_bfloat16",

@@ -50,6 +50,7 @@ def test_unknown_case_is_named():
         bc.case_specs(bc.parse_args(["--only=nothing like this"]))
 
 
+@pytest.mark.slow
 def test_same_code_on_both_sides_gives_the_same_losses(tmp_path):
     """HEAD against the working tree (the same model code in CI's clean clone):
     the dropout-free losses of the two workers agree, and both sides are timed."""

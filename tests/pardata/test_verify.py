@@ -91,6 +91,7 @@ def _cli(built, project_root, *extra):
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_build_data_reports_a_corrupted_build(built, project_root, tmp_path):
     """Re-running the build on a damaged build: exit 1 and the fix, nothing rebuilt."""
     result = _cli(built, project_root)

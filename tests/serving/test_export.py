@@ -134,6 +134,7 @@ def test_exports_reload_in_a_clean_process_with_equal_outputs(run, tmp_path):
     assert model.mem_len == 8  # the tiny preset's, kept by the .keras file
 
 
+@pytest.mark.slow
 def test_export_errors_leave_nothing_behind(run, tmp_path):
     from serving import export
 

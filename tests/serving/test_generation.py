@@ -86,6 +86,7 @@ def decoder(supernet):
     dict(architecture="aafa", attention="adaptive_span", span_init=0.5, span_max=16,
          span_ramp=4),
 ])
+@pytest.mark.slow
 def test_cache_equals_full_recomputation_when_memory_holds_the_context(variant):
     from serving.generation import Decoder
 
@@ -101,6 +102,7 @@ def test_cache_equals_full_recomputation_when_memory_holds_the_context(variant):
 
 
 @pytest.mark.parametrize("preset", ["sha_rnn_tiny", "lstm_tiny"])
+@pytest.mark.slow
 def test_sha_rnn_cache_equals_full_recomputation(preset):
     """The same generic Decoder over SHA-RNN's state: LSTM (h, c) and attention memory."""
     from model.families import get_family
@@ -125,6 +127,7 @@ def test_sha_rnn_cache_equals_full_recomputation(preset):
     assert decoder.tracing_counts()["forward"] == 1
 
 
+@pytest.mark.slow
 def test_short_memory_equals_explicit_segment_recurrence(supernet, decoder):
     num_tokens = 10
     tokens, dists = decoder.generate(PROMPT, num_tokens, greedy=True, chunk_len=3,
@@ -214,6 +217,7 @@ def test_filter_logits_matches_numpy(top_k, top_p):
                                   numpy_filter(logits, top_k, top_p))
 
 
+@pytest.mark.slow
 def test_sampled_frequencies_follow_the_filtered_distribution():
     import tensorflow as tf
 
@@ -285,6 +289,7 @@ def _equal_variables(model, values):
     return all(np.array_equal(v.numpy(), x) for v, x in zip(model.variables, values))
 
 
+@pytest.mark.slow
 def test_load_run_restores_the_chosen_checkpoint(word_run):
     from serving.generation import load_run
 
@@ -328,6 +333,7 @@ def test_load_run_rejects_a_checkpoint_of_another_model(word_run, byte_run):
         load_run(model_dir, str(byte_run / "best"))
 
 
+@pytest.mark.slow
 def test_tokenizer_from_model_dir_data_first_and_best_fallback(word_run, tmp_path):
     import json
 
@@ -352,6 +358,7 @@ def test_tokenizer_from_model_dir_data_first_and_best_fallback(word_run, tmp_pat
     assert _equal_variables(load_run(run_dir).model, latest)
 
 
+@pytest.mark.slow
 def test_generate_text_word(word_run, caplog):
     from serving.generation import encode_prompt, generate_text, load_run
 

@@ -62,6 +62,7 @@ def test_load_errors(tmp_path):
         ArchHistory.load(bad)
 
 
+@pytest.mark.slow
 def test_png_and_gif(tmp_path):
     history = make_history(num_entries=6, num_blocks=6)
     png, gif = tmp_path / "arch.png", tmp_path / "arch.gif"

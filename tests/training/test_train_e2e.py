@@ -236,6 +236,7 @@ def test_mixed_precision_steps(make_config, tiny_data, precision):
         keras.mixed_precision.set_global_policy("float32")
 
 
+@pytest.mark.slow
 def test_progress_lines_first_step_eta_and_evaluation(make_config, caplog, monkeypatch):
     import re
 

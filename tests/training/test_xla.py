@@ -153,6 +153,7 @@ def test_dropout_bits_equal_with_and_without_xla():
     dict(architecture="aafa", attention="adaptive_span", span_init=0.5, span_max=16,
          span_ramp=4),
 ])
+@pytest.mark.slow
 def test_compiled_generation_equals_plain(variant):
     """The XLA-compiled decoder gives the plain decoder's tokens and log-probs."""
     from serving.generation import Decoder
@@ -166,6 +167,7 @@ def test_compiled_generation_equals_plain(variant):
     np.testing.assert_allclose(got[1], want[1], atol=2e-5)
 
 
+@pytest.mark.slow
 def test_sha_rnn_compiled_step_equals_plain(tiny_data, tmp_path):
     """The other model family compiles too (keras LSTM inside the XLA step)."""
     from tests.helpers.trainers import family_config

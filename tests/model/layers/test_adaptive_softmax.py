@@ -108,6 +108,7 @@ def test_log_probs_match_reference_and_sum_to_one(cutoffs, proj_factor):
 
 
 @pytest.mark.parametrize("cutoffs,proj_factor", CONFIGS)
+@pytest.mark.slow
 def test_nll_equals_minus_log_prob_at_every_target(cutoffs, proj_factor):
     layer = _layer(cutoffs, proj_factor)
     # Every id of the vocabulary, shuffled, so head and each tail are hit
@@ -338,6 +339,7 @@ def test_keras_save_load_gives_equal_outputs(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_fit_step_and_custom_nll_step():
     keras.utils.set_random_seed(0)
     model = _tiny_lm((4, 9), tie=False)

@@ -143,6 +143,7 @@ def functional_model(layer, qlen=3, mlen=4):
     return keras.Model([x_in, mem_in], layer(x_in, mem_in))
 
 
+@pytest.mark.slow
 def test_fit_step_trains_weights_and_clamps_span():
     # The span loss (gradient 10 * 8 / 2 = 40 per s_h) pushes both s_h far
     # below 0 in one SGD step; the constraint must clamp them to exactly 0.

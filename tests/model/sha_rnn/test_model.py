@@ -266,6 +266,7 @@ def test_empty_memory_equals_no_memory():
     assert not np.allclose(hidden.numpy(), first.numpy(), atol=1e-4)
 
 
+@pytest.mark.slow
 def test_small_mem_len_keeps_the_truncated_tail():
     model = make_model()
     ids = token_ids(9)
@@ -320,6 +321,7 @@ def test_initial_state_order_and_mem_len():
         model(token_ids(5), mem_len=-1)
 
 
+@pytest.mark.slow
 def test_state_signature_matches_and_tf_function_traces_once():
     model = make_model()
     signature = model.state_signature()
@@ -387,6 +389,7 @@ def test_initialisation_follows_the_reference():
 # ------------------------------------------------------- saving and training
 
 
+@pytest.mark.slow
 def test_get_config_json_round_trip():
     model = make_model(attention_layers=(0, 2), ar_coef=0.5, proj_dims=(3, 2))
     config = json.loads(json.dumps(model.get_config()))
@@ -421,6 +424,7 @@ def test_keras_save_and_load_give_identical_outputs(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_gradient_step_changes_every_weight():
     config = tiny_config(
         dropout=0.1, dropout_input=0.1, dropout_hidden=0.1, attn_dropout=0.1, ar_coef=1.0
@@ -477,6 +481,7 @@ def test_extra_losses_and_weight_decay_variables():
     assert "embeddings" not in {v.path.rsplit("/", 1)[-1] for v in tied.weight_decay_variables()}
 
 
+@pytest.mark.slow
 def test_mixed_bfloat16_builds_runs_and_stays_close():
     model = make_model(dtype="mixed_bfloat16")
     reference = make_model()  # same seed: same float32 weights

@@ -130,6 +130,7 @@ REAL_MODELS = [
 @pytest.mark.parametrize(
     "overrides", REAL_MODELS, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items())
 )
+@pytest.mark.slow
 def test_param_count_equals_the_built_model(overrides):
     from model.families import build_model
     from model.transformer_xl.presets import preset_config

@@ -49,6 +49,7 @@ MEMORY_CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(MEMORY_CASES))
+@pytest.mark.slow
 def test_segments_with_memory_equal_one_pass(case):
     model = make_model(**MEMORY_CASES[case])
     if model.attention == "adaptive_span":
@@ -115,6 +116,7 @@ def test_memory_lengths_and_empty_memories():
     dict(architecture="afff"),
     dict(architecture="fafi", attention="adaptive_span", span_max=16, span_ramp=4),
     dict(architecture="supernet")], ids=["afff", "adaptive_span", "supernet"])
+@pytest.mark.slow
 def test_same_length_segments_equal_one_window_per_position(overrides):
     """With one attention block, same_length makes position p see exactly the M + 1
     block inputs p - M .. p: recomputed here position by position from a window
@@ -294,6 +296,7 @@ def test_spans_and_span_losses_come_from_the_span_variables():
     assert relative.span_losses == [] and relative.spans == []
 
 
+@pytest.mark.slow
 def test_search_state_selects_the_noise_inside_tf_function():
     model = make_model(architecture="supernet", search_mode="hard")
     ids = token_ids(4)
@@ -309,6 +312,7 @@ def test_search_state_selects_the_noise_inside_tf_function():
     assert any(not np.array_equal(outputs[0], other) for other in outputs[1:])
 
 
+@pytest.mark.slow
 def test_model_losses_match_span_losses_in_hard_search():
     model = make_model(architecture="supernet", search_mode="hard", attention="adaptive_span")
 
@@ -419,6 +423,7 @@ def test_shared_rel_bias_is_one_pair_used_by_every_layer(case):
         assert all(computed) and len(layers) >= 2
 
 
+@pytest.mark.slow
 def test_shared_rel_bias_round_trips_through_checkpoints(tmp_path):
     config = preset_config("tiny", dropout=0.0, untie_rel_bias=False, architecture="supernet")
     model = make_model(untie_rel_bias=False, architecture="supernet")

@@ -60,6 +60,7 @@ def candidates(block, x, mem, training):
 
 
 @pytest.mark.parametrize("hard_gradient", ["all", "chosen"])
+@pytest.mark.slow
 def test_hard_sample_equals_the_chosen_candidate_exactly(inputs, hard_gradient):
     x, mem = inputs
     block = make_block(search_mode="hard", hard_gradient=hard_gradient)
@@ -107,6 +108,7 @@ def test_gradients_reach_the_architecture_logits(inputs, search_mode, hard_gradi
 
 
 @pytest.mark.parametrize("jit", [False, True], ids=["plain", "xla"])
+@pytest.mark.slow
 def test_hard_gradient_all_is_the_straight_through_gumbel_softmax_gradient(inputs, jit):
     """Every candidate's output reaches alpha; only the chosen one's weights train
     (also compiled with XLA, which mixes with a one-hot weight instead of switching)."""
@@ -272,6 +274,7 @@ def graph_op_types(block, x, mem, training):
     return {op.type for op in fn.get_concrete_function(x, mem).graph.get_operations()}
 
 
+@pytest.mark.slow
 def test_hard_search_and_argmax_eval_compute_one_candidate_in_a_case(inputs):
     x, mem = inputs
     hard = make_block(search_mode="hard", eval_mode="argmax")
@@ -287,6 +290,7 @@ def test_hard_search_and_argmax_eval_compute_one_candidate_in_a_case(inputs):
     np.testing.assert_allclose(fn(x, mem).numpy(), eager, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_adaptive_span_candidate_and_mixed_precision(inputs):
     x, mem = inputs
     block = StochasticBlock(block_config(
