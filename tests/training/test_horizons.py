@@ -97,7 +97,8 @@ def test_short_search_caps_warmups_and_trains_the_architecture(tiny_config_facto
                                  eval_max_records=2, sample_tokens=0)
     metrics = train(config)
     messages = caplog.text
-    assert "learning-rate warm-up 4 steps (--warmup_steps=1000, at most 10% of them)" in messages
+    assert ("learning-rate warm-up 4 steps (--warmup_steps=1000 capped: the run is too short "
+            "for it, at most --warmup_fraction=0.1 of its steps warm up)") in messages
     assert "architecture warm-up 8 steps (--arch_warmup_steps=2000, at most 20% of the 40 " \
            "planned steps)" in messages
     log = _log(config.model_dir)
