@@ -76,3 +76,24 @@ def assert_close(got, want, rel, what):
     for i, (a, b) in enumerate(zip(got, want)):
         assert a.shape == b.shape, (what, i)
         assert np.linalg.norm(a - b) <= rel * max(np.linalg.norm(b), 1e-6), (what, i)
+
+
+class Stopped(Exception):
+    """Raised by `StopAfter`: the run died (as a kill would end it)."""
+
+
+class StopAfter:
+    """A training-loop callback that kills the run after the logged step `step`."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def on_train_log(self, step, logs):
+        if step >= self.step:
+            raise Stopped()
+
+    def on_evaluate(self, split, step, results):
+        pass
+
+    def on_train_end(self, results):
+        pass

@@ -17,32 +17,13 @@ import math
 import numpy as np
 import pytest
 
+from tests.helpers.trainers import StopAfter, Stopped
+
 PEAK, FLOOR = 3e-3, 1e-5
 # A supernet of 2 blocks, not the tiny preset's 4, where only schedules and the
 # untrained flag are checked: they do not depend on depth, and every block adds
 # tracing time. (The short search keeps 4: its architecture must visibly move.)
 _TWO_BLOCKS = dict(model_num_blocks=2)
-
-
-class _Stop(Exception):
-    pass
-
-
-class _StopAfter:
-    """A loop callback that kills the run after the logged step `step`."""
-
-    def __init__(self, step):
-        self.step = step
-
-    def on_train_log(self, step, logs):
-        if step >= self.step:
-            raise _Stop()
-
-    def on_evaluate(self, split, step, results):
-        pass
-
-    def on_train_end(self, results):
-        pass
 
 
 def _log(model_dir):
@@ -62,8 +43,8 @@ def test_resume_with_more_steps_keeps_lr_and_tau(tiny_config_factory, tmp_path):
     reference = tiny_config_factory(tmp_path / "reference", **common)
     train(reference)
     resumed = tiny_config_factory(tmp_path / "resumed", **common)
-    with pytest.raises(_Stop):
-        train(resumed, callbacks=[_StopAfter(11)])  # dies after the checkpoint at 10
+    with pytest.raises(Stopped):
+        train(resumed, callbacks=[StopAfter(11)])  # dies after the checkpoint at 10
     assert saved_horizon(resumed.model_dir) == 20
     longer = resumed.replace(max_steps=40)
     metrics = train(longer)

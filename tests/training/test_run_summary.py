@@ -8,26 +8,7 @@ import shlex
 from absl import flags
 import pytest
 
-
-class _Stop(Exception):
-    pass
-
-
-class _StopAfter:
-    """A loop callback that kills the run after the logged step `step`."""
-
-    def __init__(self, step):
-        self.step = step
-
-    def on_train_log(self, step, logs):
-        if step >= self.step:
-            raise _Stop()
-
-    def on_evaluate(self, split, step, results):
-        pass
-
-    def on_train_end(self, results):
-        pass
+from tests.helpers.trainers import StopAfter, Stopped
 
 
 def _command(summary, script):
@@ -45,8 +26,8 @@ def test_summary_of_a_search_cut_short(tiny_config_factory, tmp_path, caplog):
         eval_interval=4, eval_max_records=2, sample_tokens=0, arch_warmup_steps=1,
         optimizer="adamw", weight_decay=0.01, warmup_steps=2, model_num_blocks=2,
         model_attention="adaptive_span")
-    with pytest.raises(_Stop):
-        train(config, callbacks=[_StopAfter(5)])  # dies after the checkpoint at step 4
+    with pytest.raises(Stopped):
+        train(config, callbacks=[StopAfter(5)])  # dies after the checkpoint at step 4
     shorter = config.replace(max_steps=6)  # resumed: its schedules stay planned for 8
     with caplog.at_level(logging.WARNING):
         results = train(shorter)
