@@ -10,27 +10,24 @@ checkpoint damaged. The run still ends with the uninterrupted run's weights.
 
 import json
 import os
-import subprocess
 
 import pytest
 
-from tests.helpers.faults import STEPS, assert_same_checkpoint, leftovers, run_child, run_flags
+from tests.helpers.faults import (
+    STEPS,
+    assert_same_checkpoint,
+    leftovers,
+    run_child,
+    run_flags,
+    small_tmpfs,
+)
 
 
 @pytest.fixture(scope="module")
 def small_disk(tmp_path_factory):
     """A 16 MB tmpfs mounted for this module (skipped where mounting is not allowed)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs to fill needs root (the suite runs as root in CI)")
-    path = tmp_path_factory.mktemp("small_disk")
-    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(path)],
-                           capture_output=True, text=True)
-    if mount.returncode:
-        pytest.skip(f"mount -t tmpfs is not permitted here: {mount.stderr.strip()}")
-    try:
+    with small_tmpfs(tmp_path_factory.mktemp("small_disk"), "16m") as path:
         yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], capture_output=True)
 
 
 @pytest.fixture(scope="module")

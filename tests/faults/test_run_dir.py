@@ -6,25 +6,17 @@ import subprocess
 
 import pytest
 
-from tests.helpers.faults import fill_disk
+from tests.helpers.faults import fill_disk, small_tmpfs
 from training import run_dir
 
 
 @pytest.fixture
 def tiny_disk(tmp_path):
     """A 256 KB tmpfs (skipped where mounting is not allowed)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs to fill needs root (the suite runs as root in CI)")
     path = tmp_path / "disk"
     path.mkdir()
-    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(path)],
-                           capture_output=True, text=True)
-    if mount.returncode:
-        pytest.skip(f"mount -t tmpfs is not permitted here: {mount.stderr.strip()}")
-    try:
+    with small_tmpfs(path, "256k"):
         yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], capture_output=True)
 
 
 def test_a_failed_atomic_write_keeps_the_old_file_and_names_the_path(tiny_disk):

@@ -9,28 +9,18 @@ tmpfs filled before the child starts.
 import json
 import os
 import shutil
-import subprocess
 
 import pytest
 
-from tests.helpers.faults import fill_disk, leftovers, run_child
+from tests.helpers.faults import fill_disk, leftovers, run_child, small_tmpfs
 
 
 @pytest.fixture(scope="module")
 def full_disk(tmp_path_factory):
     """A 1 MB tmpfs, full (skipped where mounting is not allowed)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs to fill needs root (the suite runs as root in CI)")
-    path = tmp_path_factory.mktemp("full_disk")
-    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(path)],
-                           capture_output=True, text=True)
-    if mount.returncode:
-        pytest.skip(f"mount -t tmpfs is not permitted here: {mount.stderr.strip()}")
-    try:
+    with small_tmpfs(tmp_path_factory.mktemp("full_disk"), "1m") as path:
         fill_disk(path)
         yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], capture_output=True)
 
 
 @pytest.fixture(scope="module")

@@ -165,6 +165,24 @@ def leftovers(directory):
 # --------------------------------------------------------------------- actions
 
 
+@contextlib.contextmanager
+def small_tmpfs(path, size):
+    """Mounts a tmpfs of `size` (mount's spelling, e.g. "16m") on the directory `path` for
+    the block; skips the test where mounting is not allowed."""
+    import pytest
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs to fill needs root (the suite runs as root in CI)")
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                           capture_output=True, text=True)
+    if mount.returncode:
+        pytest.skip(f"mount -t tmpfs is not permitted here: {mount.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
 def fill_disk(directory):
     """Fills the file system of `directory` (a file `filler` there) until ENOSPC."""
     path = os.path.join(directory, "filler")
