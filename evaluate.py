@@ -33,6 +33,7 @@ from absl import app, flags, logging
 
 from pardata.build import SPLITS  # no TensorFlow
 import pardata.quiet  # noqa: F401  (TensorFlow start-up noise; before TF is imported)
+import serving
 
 flags.DEFINE_string("model", None, ".keras file written by export.py (model, tokenizer and "
                     "settings in one file, e.g. pretrained/wt2_base.keras); instead of "
@@ -74,16 +75,10 @@ class FlagError(ValueError):
 
 def _check_flags():
     """Checks that need no TensorFlow (so these errors come at once)."""
-    if FLAGS.model and FLAGS.model_dir:
-        raise FlagError("give either --model (a .keras file) or --model_dir (a run directory), "
-                        "not both")
-    if not FLAGS.model and not FLAGS.model_dir:
-        raise FlagError("--model (a .keras file written by export.py, e.g. "
-                        "pretrained/wt2_base.keras) or --model_dir (a run trained with "
-                        "train.py) is required")
-    if FLAGS.model and FLAGS["checkpoint"].present:
-        raise FlagError("--checkpoint selects a checkpoint of --model_dir; a --model file holds "
-                        "one model: drop --checkpoint")
+    problem = serving.model_source_problem(FLAGS.model, FLAGS.model_dir,
+                                           FLAGS["checkpoint"].present)
+    if problem:
+        raise FlagError(problem)
     if FLAGS.model and FLAGS.data_dir is not None:
         raise FlagError("--data_dir selects the build of a run directory's split; with --model, "
                         "--split reads the model's dataset from its raw text: drop --data_dir")

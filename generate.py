@@ -32,6 +32,7 @@ import sys
 from absl import app, flags, logging
 
 import pardata.quiet  # noqa: F401  (TensorFlow start-up noise; before TF is imported)
+import serving
 
 flags.DEFINE_string("model", None, ".keras file written by export.py (model, tokenizer and "
                     "settings in one file, e.g. pretrained/wt2_base.keras); instead of "
@@ -103,16 +104,10 @@ def _generate():
         raise FlagError(f"--seed={FLAGS.seed} must be in [0, 2**62)")
     if FLAGS.chunk_len is not None and FLAGS.chunk_len < 1:
         raise FlagError(f"--chunk_len={FLAGS.chunk_len} must be >= 1")
-    if FLAGS.model and FLAGS.model_dir:
-        raise FlagError("give either --model (a .keras file) or --model_dir (a run directory), "
-                        "not both")
-    if not FLAGS.model and not FLAGS.model_dir:
-        raise FlagError("--model (a .keras file written by export.py, e.g. "
-                        "pretrained/wt2_base.keras) or --model_dir (a run trained with "
-                        "train.py) is required")
-    if FLAGS.model and FLAGS["checkpoint"].present:
-        raise FlagError("--checkpoint selects a checkpoint of --model_dir; a --model file holds "
-                        "one model: drop --checkpoint")
+    problem = serving.model_source_problem(FLAGS.model, FLAGS.model_dir,
+                                           FLAGS["checkpoint"].present)
+    if problem:
+        raise FlagError(problem)
     text = _read_prompt()
     run = generation.load(FLAGS.model_dir or None, FLAGS.model or None, FLAGS.checkpoint)
     try:
