@@ -109,6 +109,26 @@ def _train_xla(data):
                    "XLA / plain (paired)"), ("---", "---:", "---:", "---:"), rows)
 
 
+def _threads(data):
+    """One row per setting, a tokens/s and ratio column pair per case."""
+    cases = list(dict.fromkeys(r["case"] for r in data["rows"]))
+    settings = list(dict.fromkeys(r["setting"] for r in data["rows"]))
+    cell = {(r["case"], r["setting"]): r for r in data["rows"]}
+    header, align = ["setting"], ["---"]
+    for case in cases:
+        label = case.removeprefix("wt2_base ").removesuffix(" float32")
+        header += [f"{label} tokens/s", "vs default"]
+        align += ["---:", "---:"]
+    rows = []
+    for setting in settings:
+        row = [setting]
+        for case in cases:
+            r = cell[(case, setting)]
+            row += [_int(r["tokens_per_sec"]), _ratio(r["vs_default"], bold=r["vs_default"] > 1.1)]
+        rows.append(row)
+    return _table(header, align, rows)
+
+
 def _families_speed(data):
     labels = list(dict.fromkeys(r["label"] for r in data["rows"]))
     precisions = list(dict.fromkeys(r["precision"] for r in data["rows"]))
@@ -192,6 +212,7 @@ TABLES = {
                                 _commits_losscheck),
     "bench_train_xla": ("bench/results/bench_train_xla.json", _train_xla),
     "bench_families": ("bench/results/bench_families.json", _families_speed),
+    "bench_threads": ("bench/results/bench_threads.json", _threads),
     "bench_generation": ("bench/results/bench_generation.json", _generation),
     "bench_span": ("bench/results/bench_span.json", _span),
     "profile_step": ("bench/results/profile_step.json", _profile),

@@ -203,6 +203,12 @@ class TrainConfig(ConfigBase):
     num_cpu_replicas: int = _field(0, "distribution", "With --strategy=mirrored and no GPU: "
                                    "this many logical CPU replicas.")
     tpu: str = _field("", "distribution", "TPU name or address for --strategy=tpu.")
+    intra_op_threads: int = _field(0, "performance", "TensorFlow's threads within one op "
+                                   "(0: TensorFlow's default, one per usable core).")
+    inter_op_threads: int = _field(0, "performance", "TensorFlow's threads running independent "
+                                   "ops at once (0: TensorFlow's default). On a 2-core CPU "
+                                   "--intra_op_threads=1 --inter_op_threads=2 searched 1.14x "
+                                   "faster than the default (bench/README.md#cpu-threads).")
     precision: str = _field("float32", "performance", "Keras dtype policy.", PRECISIONS)
     xla: bool = _field(False, "performance", "Compile the training and evaluation steps with "
                        "XLA (static-shape adaptive softmax, span and hard search; same numbers).")
@@ -255,7 +261,8 @@ class TrainConfig(ConfigBase):
                 "must be >= 0 (0 evaluates without memory)")
         for flag in ("warmup_steps", "decay_steps",
                      "max_steps", "eval_interval", "eval_max_records", "sample_tokens",
-                     "checkpoint_interval", "num_cpu_replicas"):
+                     "checkpoint_interval", "num_cpu_replicas", "intra_op_threads",
+                     "inter_op_threads"):
             require(getattr(self, flag) >= 0, flag, "must be >= 0")
         require(self.learning_rate > 0, "learning_rate", "must be > 0")
         for flag in ("weight_decay", "clip_norm", "min_lr"):

@@ -204,6 +204,7 @@ def train(config, callbacks=None, *, strategy=None, overwrite=False):
     callbacks = list(callbacks or [])
     check_model_dir(config)
     if strategy is None:
+        strategy_lib.configure_threads(config.intra_op_threads, config.inter_op_threads)
         strategy = strategy_lib.make_strategy(config.strategy, config.num_cpu_replicas, config.tpu)
     results, plugins = _train_one(config, callbacks, strategy, overwrite)
     for plugin in plugins:

@@ -72,6 +72,33 @@ def make_strategy(name, num_cpu_replicas=None, tpu=""):
     raise ConfigError(f"--strategy={name!r}: use one of {STRATEGIES}")
 
 
+def configure_threads(intra_op_threads=0, inter_op_threads=0):
+    """Sets TensorFlow's CPU thread pools (0 keeps TensorFlow's default).
+
+    Must run before TensorFlow executes any op, like `make_strategy`.
+
+    Raises:
+        ConfigError: the runtime already runs with other pools (naming the flags).
+    """
+    threading = tf.config.threading
+    wanted = (("intra_op_threads", intra_op_threads, threading.get_intra_op_parallelism_threads,
+               threading.set_intra_op_parallelism_threads),
+              ("inter_op_threads", inter_op_threads, threading.get_inter_op_parallelism_threads,
+               threading.set_inter_op_parallelism_threads))
+    for flag, value, get, set_ in wanted:
+        if not value or get() == value:
+            continue
+        try:
+            set_(value)
+        except RuntimeError as error:
+            raise ConfigError(
+                f"--{flag}={value}: TensorFlow was initialised before its thread pools could be "
+                f"set ({error}); set them before any TensorFlow op runs") from None
+    if intra_op_threads or inter_op_threads:
+        logging.info("TensorFlow threads: intra-op %s, inter-op %s",
+                     intra_op_threads or "default", inter_op_threads or "default")
+
+
 def _mirrored_cpu(num_replicas):
     cpu = tf.config.list_physical_devices("CPU")[0]
     try:

@@ -35,13 +35,15 @@ _FAMILY_FLAGS = {
 # Child: per family (argv[3], JSON family -> flags), the same global batches
 # through `default`, `mirrored` (2 replicas) and mirrored with --batch_split=2
 # (gradient accumulation over micro-batches of one row per replica) trainers
-# that start from identical weights. Prints what to compare as JSON and saves
+# that start from identical weights, with TensorFlow's thread pools set as
+# --intra_op_threads=1 --inter_op_threads=2 set them. Prints what to compare as JSON and saves
 # the default trainer's final weights (root/<family>/default_weights.npz) for
 # the multi-worker test.
 _MIRRORED_CHILD = r"""
 import json, os, sys
-from training.strategy import make_strategy
-mirrored = make_strategy("mirrored", 2)  # before any TensorFlow op
+from training.strategy import configure_threads, make_strategy
+configure_threads(intra_op_threads=1, inter_op_threads=2)  # before any TensorFlow op
+mirrored = make_strategy("mirrored", 2)
 import numpy as np
 import tensorflow as tf
 from absl import flags
@@ -77,7 +79,9 @@ def compare(family, flag_list):
             "memory": (arrays(one.global_state()), arrays(other.global_state())),
         }
 
-    report = {"replicas": two.replicas, "steps": []}
+    report = {"replicas": two.replicas, "steps": [],
+              "threads": [tf.config.threading.get_intra_op_parallelism_threads(),
+                          tf.config.threading.get_inter_op_parallelism_threads()]}
     for inputs, targets in data_utils.make_dataset(data_dir, "train", meta=meta).take(
             config.max_steps):
         a, b = one.train_step(inputs, targets), two.train_step(inputs, targets)
@@ -168,6 +172,7 @@ def distributed_runs(tiny_data, tmp_path_factory, subprocess_env):
 def test_mirrored_two_cpu_replicas_equals_default(distributed_runs, family):
     report, _, _ = distributed_runs[family]
     assert report["replicas"] == 2 and len(report["steps"]) == STEPS
+    assert report["threads"] == [1, 2]  # --intra_op_threads=1 --inter_op_threads=2 took effect
     for step in report["steps"]:
         one, two = step["one"], step["two"]
         assert {"loss", "nll", "grad_norm"} <= set(one)  # and arch_grad_norm for a supernet

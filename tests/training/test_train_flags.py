@@ -129,6 +129,7 @@ def test_architecture_string_and_paths(parse, tmp_path):
     (["--preset=huge"], "--preset=huge"),
     (["--batch_split=3"], r"--batch_split=3: must divide --batch_size=4 .*\[1, 2, 4\]"),
     (["--batch_split=0"], r"--batch_split=0: must be >= 1"),
+    (["--inter_op_threads=-2"], r"--inter_op_threads=-2: must be >= 0"),
 ])
 def test_rejected_flags(parse, args, pattern):
     with pytest.raises(ConfigError, match=pattern):
@@ -208,6 +209,19 @@ def test_strategy_errors(monkeypatch):
     with pytest.raises(ConfigError, match="--strategy='nccl'"):
         make_strategy("nccl")
     assert make_strategy("default").num_replicas_in_sync == 1
+
+
+def test_thread_pools_set_after_start_up_are_one_clear_error():
+    import tensorflow as tf
+
+    from training.strategy import configure_threads
+
+    tf.constant(1.0) + 1.0  # the runtime is up: its thread pools are fixed
+    configure_threads(0, 0)  # TensorFlow's defaults: nothing to set
+    intra = tf.config.threading.get_intra_op_parallelism_threads()
+    configure_threads(intra, 0)  # what it already runs with: nothing to set
+    with pytest.raises(ConfigError, match="--inter_op_threads=7: TensorFlow was initialised"):
+        configure_threads(0, 7)
 
 
 def test_overwrite_removes_only_our_files(tmp_path):
