@@ -20,6 +20,7 @@ import time
 import pytest
 
 from tests.helpers import PROJECT_ROOT
+from tests.helpers.faults import default_signals
 
 # The child's sitecustomize: after the training shard, leave the marker and wait to be
 # interrupted (60 s at most; the signal raises KeyboardInterrupt inside the sleep).
@@ -55,7 +56,8 @@ def test_ctrl_c_while_writing_a_build_leaves_nothing(wikitext2_root, tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
                PYTHONPATH=os.pathsep.join([str(hook), str(PROJECT_ROOT)]))
     child = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+                             stderr=subprocess.PIPE, text=True, start_new_session=True,
+                             preexec_fn=default_signals)
     deadline = time.monotonic() + 600
     seen = []
     while time.monotonic() < deadline and child.poll() is None:

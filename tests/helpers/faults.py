@@ -123,12 +123,24 @@ def run_flags(data_dir, model_dir, *extra):
             "--checkpoint_every_minutes=0", "--keep_checkpoints=2", "--deterministic", *extra]
 
 
+def default_signals():
+    """A child's preexec_fn: SIGINT and SIGTERM back to their default actions.
+
+    A test session started in the background by a non-interactive shell
+    (`pytest &`, nohup) inherits SIGINT ignored, and Python leaves an ignored
+    SIGINT ignored, so a child would never see the Ctrl-C a test sends it.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def run_child(cases, env=None, timeout=900):
     """Runs the fault child on `cases`; returns (returncode, name -> (status, stderr), stderr)."""
     full_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(PROJECT_ROOT))
     full_env.update(env or {})
     child = subprocess.run([sys.executable, "-c", CHILD, json.dumps(cases)], cwd=PROJECT_ROOT,
-                           env=full_env, capture_output=True, text=True, timeout=timeout)
+                           env=full_env, capture_output=True, text=True, timeout=timeout,
+                           preexec_fn=default_signals)
     return child.returncode, parse_child_output(child.stdout), child.stderr
 
 
