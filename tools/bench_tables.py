@@ -109,42 +109,37 @@ def _train_xla(data):
                    "XLA / plain (paired)"), ("---", "---:", "---:", "---:"), rows)
 
 
-def _threads(data):
-    """One row per setting, a tokens/s and ratio column pair per case."""
-    cases = list(dict.fromkeys(r["case"] for r in data["rows"]))
-    settings = list(dict.fromkeys(r["setting"] for r in data["rows"]))
-    cell = {(r["case"], r["setting"]): r for r in data["rows"]}
-    header, align = ["setting"], ["---"]
-    for case in cases:
-        label = case.removeprefix("wt2_base ").removesuffix(" float32")
-        header += [f"{label} tokens/s", "vs default"]
+def _speed_pivot(data, row_key, col_key, first, col_header, ratio_key, ratio_header, bold=None):
+    """One table row per value of row_key, a tokens/s and ratio column pair per value of
+    col_key (col_header(value) names the pair; bold(ratio) marks a ratio)."""
+    row_values = list(dict.fromkeys(r[row_key] for r in data["rows"]))
+    col_values = list(dict.fromkeys(r[col_key] for r in data["rows"]))
+    cell = {(r[row_key], r[col_key]): r for r in data["rows"]}
+    header, align = [first], ["---"]
+    for value in col_values:
+        header += [f"{col_header(value)} tokens/s", ratio_header]
         align += ["---:", "---:"]
     rows = []
-    for setting in settings:
-        row = [setting]
-        for case in cases:
-            r = cell[(case, setting)]
-            row += [_int(r["tokens_per_sec"]), _ratio(r["vs_default"], bold=r["vs_default"] > 1.1)]
+    for row_value in row_values:
+        row = [row_value]
+        for col_value in col_values:
+            r = cell[(row_value, col_value)]
+            row += [_int(r["tokens_per_sec"]),
+                    _ratio(r[ratio_key], bold=bool(bold and bold(r[ratio_key])))]
         rows.append(row)
     return _table(header, align, rows)
+
+
+def _threads(data):
+    """One row per setting, a tokens/s and ratio column pair per case."""
+    return _speed_pivot(data, "setting", "case", "setting",
+                        lambda case: case.removeprefix("wt2_base ").removesuffix(" float32"),
+                        "vs_default", "vs default", bold=lambda ratio: ratio > 1.1)
 
 
 def _families_speed(data):
-    labels = list(dict.fromkeys(r["label"] for r in data["rows"]))
-    precisions = list(dict.fromkeys(r["precision"] for r in data["rows"]))
-    cell = {(r["label"], r["precision"]): r for r in data["rows"]}
-    header, align = ["model"], ["---"]
-    for p in precisions:
-        header += [f"{p} tokens/s", "vs Transformer-XL"]
-        align += ["---:", "---:"]
-    rows = []
-    for label in labels:
-        row = [label]
-        for p in precisions:
-            r = cell[(label, p)]
-            row += [_int(r["tokens_per_sec"]), _ratio(r["vs_transformer_xl"])]
-        rows.append(row)
-    return _table(header, align, rows)
+    return _speed_pivot(data, "label", "precision", "model", str, "vs_transformer_xl",
+                        "vs Transformer-XL")
 
 
 def _generation(data):
