@@ -149,6 +149,10 @@ class TrainConfig(ConfigBase):
     weight_norm_clip: float | None = _field(
         None, "optimisation", "lamb_sharnn only: clamp of the weight norm in the trust ratio "
         "(0: no clamp; default 10, the SHA-RNN reference's).")
+    tensor_clip_norm: float | None = _field(
+        None, "optimisation", "adagrad_clip only: each weight tensor's learning rate is scaled "
+        "by min(1, this / its gradient norm), the accumulator keeping the unclipped squares "
+        "(the adaptive-span reference's --grad-clip; 0: off).")
     clip_norm: float = _field(0.25, "optimisation",
                               "Global-norm clipping of the weight gradients (0: off).")
     on_nonfinite: str = _field(

@@ -15,9 +15,16 @@ module in this package:
                  --weight_norm_clip, no bias correction, weight decay coupled
                  into the update of every weight. The SHA-RNN/LSTM presets'
                  default.
-    adagrad      Adagrad, the adaptive-span reference's default; L2 decay
+    adagrad      Keras' Adagrad (epsilon inside the square root); L2 decay
                  added to the gradient (PyTorch Adagrad's `weight_decay`),
-                 accumulators start at 0 as in PyTorch.
+                 accumulators start at 0 as in PyTorch. A global --clip_norm
+                 before it barely throttles the step (the clipped squares are
+                 also what it accumulates): see adagrad_clip.
+    adagrad_clip the adaptive-span reference's AdagradWithGradClip
+                 (adagrad_clip.py): each tensor's learning rate scaled by
+                 min(1, --tensor_clip_norm / ||g||), the accumulator summing
+                 the unclipped squares, epsilon after the square root. The
+                 adaptive_span_* presets' default.
 
 Decay rules (`OptimizerSpec.decay`): L2 and DECOUPLED only ever touch
 `model.weight_decay_variables()` (chosen by role, see model/interface.py);
@@ -35,7 +42,7 @@ DECOUPLED = "decoupled"  # the Keras optimizer decays the weights itself
 IN_UPDATE = "in_update"  # the optimizer adds `weight_decay * w` to its update, every weight
 
 # TrainConfig fields that only some optimizers take (`OptimizerSpec.options`).
-OPTION_FIELDS = ("min_trust", "weight_norm_clip")
+OPTION_FIELDS = ("min_trust", "weight_norm_clip", "tensor_clip_norm")
 
 
 def _betas(config):
@@ -76,6 +83,19 @@ def _adagrad(keras, learning_rate, config):
                                     epsilon=config.epsilon)
 
 
+def _adagrad_clip(keras, learning_rate, config):
+    from training.optimizers.adagrad_clip import AdagradClip
+
+    return AdagradClip(learning_rate=learning_rate, epsilon=config.epsilon,
+                       tensor_clip_norm=config.tensor_clip_norm or 0.0)
+
+
+_ADAGRAD_CLIP_NOTE = (
+    "the clipped gradients are also what Adagrad accumulates, so the clip barely throttles "
+    "the step (with the adaptive-span recipe it let the model collapse); for the reference's "
+    "throttle use --optimizer=adagrad_clip --tensor_clip_norm=C --clip_norm=0")
+
+
 @dataclasses.dataclass(frozen=True)
 class OptimizerSpec:
     """One entry of `OPTIMIZERS`.
@@ -87,6 +107,8 @@ class OptimizerSpec:
         factory: (keras module, learning_rate, TrainConfig) -> Keras optimizer.
         options: the `OPTION_FIELDS` this optimizer reads (given to another
             one they are an error).
+        clip_note: logged as a warning when a run combines this optimizer
+            with a global --clip_norm (empty: nothing to say).
     """
 
     name: str
@@ -94,6 +116,7 @@ class OptimizerSpec:
     help: str
     factory: Callable
     options: tuple = ()
+    clip_note: str = ""
 
     def make(self, learning_rate, config, not_decayed=()):
         """The Keras optimizer (not built).
@@ -107,6 +130,11 @@ class OptimizerSpec:
         """
         import keras
 
+        if self.clip_note and config.clip_norm > 0:
+            from absl import logging
+
+            logging.warning("--optimizer=%s with --clip_norm=%g: %s", self.name,
+                            config.clip_norm, self.clip_note)
         optimizer = self.factory(keras, learning_rate, config)
         if self.decay == DECOUPLED and config.weight_decay > 0 and not_decayed:
             optimizer.exclude_from_weight_decay(var_list=list(not_decayed))
@@ -123,7 +151,12 @@ OPTIMIZERS = {spec.name: spec for spec in (
                   "correction, weight decay added to the update of every weight.", _lamb_sharnn,
                   options=("min_trust", "weight_norm_clip")),
     OptimizerSpec("adagrad", L2, "Adagrad (accumulators from 0), L2 weight decay added to the "
-                  "gradient.", _adagrad),
+                  "gradient.", _adagrad, clip_note=_ADAGRAD_CLIP_NOTE),
+    OptimizerSpec("adagrad_clip", L2, "The adaptive-span reference's Adagrad: each tensor's "
+                  "learning rate scaled by min(1, --tensor_clip_norm / ||g||), accumulator of "
+                  "the unclipped squares, epsilon after the square root; L2 weight decay added "
+                  "to the gradient.", _adagrad_clip, options=("tensor_clip_norm",),
+                  clip_note=_ADAGRAD_CLIP_NOTE),
 )}
 
 
