@@ -20,13 +20,27 @@ and the weights are renormalised. `lambda * mean_h(z_h)` is the span loss.
 
 Memory older than every query can see is dropped before attention, so compute
 and memory follow the learned spans (see `memory_keep_length`).
+
+Positions (`span_positions`):
+    "relative"  Transformer-XL's relative positions (sinusoid, W_R, u, v per
+                layer, `RelativeMultiHeadAttention`); a query sees itself.
+    "learned"   the adaptive-span reference's (facebookresearch/adaptive-span,
+                models.py): a learned key position table `P` [S, H], one for
+                every layer and head (owned by the model, passed at call time
+                as `key_positions`), no u, v; query i attends to the S keys at
+                distances 1..S before it, not to itself, with score
+                `(q_i . k_j + q_i . P[x - 1]) / sqrt(H)` for `x = (M + i) - j`,
+                and the span mask is taken at `x - 1` (the reference's mask
+                reaches 1 at the nearest key).
 """
+
+import math
 
 import keras
 import tensorflow as tf
 
 from model import xla
-from model.layers.relative_attention import RelativeMultiHeadAttention
+from model.layers.relative_attention import MASK_VALUE, RelativeMultiHeadAttention, rel_shift
 
 # Added to the renormalisation denominator: a row whose in-span weights all
 # underflow gives zeros instead of NaN.
@@ -34,6 +48,7 @@ _RENORM_EPSILON = 1e-8
 # Kept memory lengths are rounded up to this multiple, so the key length
 # changes rarely as the spans move.
 _TRIM_MULTIPLE = 64
+SPAN_POSITIONS = ("relative", "learned")
 
 
 @keras.saving.register_keras_serializable(package="par")
@@ -60,7 +75,12 @@ class ClampConstraint(keras.constraints.Constraint):
         return {"min_value": self.min_value, "max_value": self.max_value}
 
 
-def adaptive_span_mask(spans, span_ramp, qlen, klen, dtype=tf.float32):
+def key_distances(qlen, klen):
+    """int32 [T, K]: `x = (K - T + i) - j`, query i's distance to key j."""
+    return tf.range(qlen)[:, None] + (klen - qlen) - tf.range(klen)[None, :]
+
+
+def adaptive_span_mask(spans, span_ramp, qlen, klen, dtype=tf.float32, offset=0):
     """Soft span mask over (head, query, key).
 
     Args:
@@ -69,14 +89,15 @@ def adaptive_span_mask(spans, span_ramp, qlen, klen, dtype=tf.float32):
         qlen: int or scalar tensor, T.
         klen: int or scalar tensor, K >= T (the last T keys are the queries).
         dtype: dtype of the result.
+        offset: int, the mask is taken at `x - offset` (1 for learned key
+            positions, whose nearest key is at distance 1).
 
     Returns:
-        [N, T, K] with `clamp((R + z_h - x) / R, 0, 1)` for the distance
-        `x = (K - T + i) - j >= 0`, and 0 for the non-causal keys `x < 0`.
+        [N, T, K] with `clamp((R + z_h - x') / R, 0, 1)` for
+        `x' = (K - T + i) - j - offset >= 0`, and 0 where `x' < 0`.
     """
     spans = tf.cast(spans, tf.float32)
-    query = tf.range(qlen)[:, None] + (klen - qlen)  # absolute query positions
-    distance = tf.cast(query - tf.range(klen)[None, :], tf.float32)  # [T, K]
+    distance = tf.cast(key_distances(qlen, klen) - offset, tf.float32)  # [T, K]
     ramp = float(span_ramp)
     mask = tf.clip_by_value((ramp + spans[:, None, None] - distance) / ramp, 0.0, 1.0)  # [N, T, K]
     mask = tf.where(distance >= 0.0, mask, 0.0)
@@ -89,8 +110,10 @@ def memory_keep_length(spans, span_ramp, mlen):
     Returns `L = min(M, ceil64(max_h z_h + R))`. Dropping the memory positions
     j < M - L is exact: such a key is at distance
     `x = M + i - j >= L + 1 + i > L >= max_h z_h + R` from every query i, so
-    `R + z_h - x < 0` and its mask `m_h(x)` is 0 for every head. Current-segment
-    keys are never dropped: query 0 sees key j = M at distance 0.
+    `R + z_h - x < 0` and its mask `m_h(x)` is 0 for every head (with learned
+    key positions the mask is taken at `x - 1 >= L >= max_h z_h + R`: 0 too).
+    Current-segment keys are never dropped: query 0 sees key j = M at
+    distance 0.
 
     Args:
         spans: [N] spans z_h in tokens.
@@ -123,6 +146,9 @@ class AdaptiveSpanAttention(RelativeMultiHeadAttention):
         span_loss_coef: float >= 0, lambda of the span loss.
         trim_memory: bool, drop memory no query can see (exact, see
             `memory_keep_length`); False keeps all of it (for comparisons).
+        span_positions: "relative" (Transformer-XL's) or "learned" (the
+            reference's shared key position table, passed to `call`; see the
+            module docstring).
         add_span_loss: bool, add the span loss with `add_loss` when training.
             A container that calls this layer inside a `tf.switch_case`
             branch passes False and adds `span_loss()` itself, because a
@@ -141,8 +167,14 @@ class AdaptiveSpanAttention(RelativeMultiHeadAttention):
         span_loss_coef=2e-6,
         trim_memory=True,
         add_span_loss=True,
+        span_positions="relative",
         **kwargs,
     ):
+        if span_positions not in SPAN_POSITIONS:
+            raise ValueError(f"span_positions must be one of {SPAN_POSITIONS}, got "
+                             f"{span_positions!r}")
+        # Read by the base class's build (relative_positions).
+        self.span_positions = span_positions
         super().__init__(d_model, num_heads, d_head, **kwargs)
         if span_max <= 0:
             raise ValueError(f"span_max must be positive, got {span_max}")
@@ -159,6 +191,10 @@ class AdaptiveSpanAttention(RelativeMultiHeadAttention):
         self.span_loss_coef = float(span_loss_coef)
         self.trim_memory = bool(trim_memory)
         self.add_span_loss = bool(add_span_loss)
+
+    @property
+    def relative_positions(self):
+        return self.span_positions == "relative"
 
     def build(self, input_shape):
         super().build(input_shape)
@@ -192,16 +228,57 @@ class AdaptiveSpanAttention(RelativeMultiHeadAttention):
         keep = memory_keep_length(self.spans, self.span_ramp, mlen)
         return mem[:, mlen - keep :]  # [B, M', D]
 
+    def _logits(self, q, k, positions):
+        if self.relative_positions:
+            return super()._logits(q, k, positions)
+        klen = tf.shape(k)[2]
+        q = q * (1.0 / math.sqrt(self.d_head))  # [B, N, T, H]
+        content = tf.matmul(q, k, transpose_b=True)  # [B, N, T, K]
+        table = tf.cast(positions, self.compute_dtype)  # [S, H], row x - 1: distance x
+        by_distance = tf.concat([tf.zeros_like(table[:1]), table], axis=0)  # [S + 1, H]
+        # Distances past S have no row (they are masked): zeros, cut to K rows.
+        extra = tf.maximum(klen - self.span_max - 1, 0)
+        by_distance = tf.pad(by_distance, [[0, extra], [0, 0]])[:klen]  # [K, H], row x: distance x
+        descending = tf.reverse(by_distance, axis=[0])  # row c: distance K - 1 - c (rel_shift's)
+        position = rel_shift(tf.einsum("bnth,kh->bntk", q, descending))  # [B, N, T, K]
+        return tf.cast(content + position, tf.float32)
+
     def _attention_weights(self, logits, max_distance=None):
-        weights = super()._attention_weights(logits, max_distance)  # [B, N, T, K]
         shape = tf.shape(logits)
-        mask = adaptive_span_mask(self.spans, self.span_ramp, shape[-2], shape[-1])  # [N, T, K]
+        qlen, klen = shape[-2], shape[-1]
+        if self.relative_positions:
+            weights = super()._attention_weights(logits, max_distance)  # [B, N, T, K]
+            mask = adaptive_span_mask(self.spans, self.span_ramp, qlen, klen)  # [N, T, K]
+        else:
+            # The reference's window: the S keys at distances 1..S.
+            distance = key_distances(qlen, klen)  # [T, K]
+            visible = (distance >= 1) & (distance <= self.span_max)
+            if max_distance is not None:
+                visible &= distance <= max_distance
+            weights = tf.nn.softmax(tf.where(visible, logits, MASK_VALUE), axis=-1)
+            mask = adaptive_span_mask(self.spans, self.span_ramp, qlen, klen, offset=1)
+            mask = tf.where(visible, mask, 0.0)  # [N, T, K]
         weights = weights * mask
         return weights / (tf.reduce_sum(weights, axis=-1, keepdims=True) + _RENORM_EPSILON)
 
-    def call(self, x, mem=None, training=False, rel_bias=None):
-        """See `RelativeMultiHeadAttention.call`; adds the span loss when training."""
-        outputs = super().call(x, mem, training=training, rel_bias=rel_bias)
+    def call(self, x, mem=None, training=False, rel_bias=None, key_positions=None):
+        """See `RelativeMultiHeadAttention.call`; adds the span loss when training.
+
+        Args:
+            key_positions: [S, H] the shared learned key position table,
+                required with `span_positions="learned"` (else None).
+        """
+        if self.relative_positions:
+            if key_positions is not None:
+                raise ValueError(f"{self.name}: span_positions='relative' takes no "
+                                 "key_positions; build it with span_positions='learned'")
+            outputs = super().call(x, mem, training=training, rel_bias=rel_bias)
+        else:
+            if key_positions is None or rel_bias is not None:
+                raise ValueError(
+                    f"{self.name}: span_positions='learned' takes key_positions [span_max, "
+                    "d_head] (the model owns the table) and no rel_bias")
+            outputs = self._apply(x, mem, training, key_positions)
         if training and self.add_span_loss:
             self.add_loss(self.span_loss())
         return outputs
@@ -216,6 +293,7 @@ class AdaptiveSpanAttention(RelativeMultiHeadAttention):
                 "span_loss_coef": self.span_loss_coef,
                 "trim_memory": self.trim_memory,
                 "add_span_loss": self.add_span_loss,
+                "span_positions": self.span_positions,
             }
         )
         return config

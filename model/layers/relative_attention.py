@@ -40,7 +40,7 @@ from model.layers.layer_norm import LayerNorm
 
 # Added to masked logits (in float32) so their softmax weight is exactly 0;
 # finite rather than -inf so a fully masked row could never produce NaN.
-_MASK_VALUE = -1e30
+MASK_VALUE = -1e30
 
 
 def relative_positional_encoding(klen, d_model, clamp_len=-1, dtype="float32"):
@@ -233,16 +233,24 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         self.query_kernel = kernel("query_kernel", projection)  # [D, N, H]
         self.key_kernel = kernel("key_kernel", projection)  # [D, N, H]
         self.value_kernel = kernel("value_kernel", projection)  # [D, N, H]
-        self.position_kernel = kernel("position_kernel", projection)  # W_R [D, N, H]
+        self.position_kernel = None
+        if self.relative_positions:
+            self.position_kernel = kernel("position_kernel", projection)  # W_R [D, N, H]
         output = (self.num_heads, self.d_head, self.d_model)
         self.output_kernel = kernel("output_kernel", output)  # [N, H, D]
-        if self.untie_rel_bias:
+        if self.untie_rel_bias and self.relative_positions:
             self.content_bias = kernel("content_bias", (self.num_heads, self.d_head))  # u [N, H]
             self.position_bias = kernel("position_bias", (self.num_heads, self.d_head))  # v [N, H]
         else:
             self.content_bias = self.position_bias = None  # shared: passed to call
         self.layer_norm.build(input_shape)
         super().build(input_shape)
+
+    @property
+    def relative_positions(self):
+        """bool: scores use Transformer-XL's relative positions (W_R, u, v); a
+        subclass with other positions returns False and overrides `_logits`."""
+        return True
 
     def _select_memory(self, mem):
         """Hook for subclasses to drop memory positions; [B, M, D] -> [B, M', D]."""
@@ -261,7 +269,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         """
         shape = tf.shape(logits)
         mask = causal_mask(shape[-2], shape[-1], max_distance)  # [T, K]
-        return tf.nn.softmax(tf.where(mask, logits, _MASK_VALUE), axis=-1)
+        return tf.nn.softmax(tf.where(mask, logits, MASK_VALUE), axis=-1)
 
     def _relative_biases(self, rel_bias):
         """(u, v) [N, H] in the compute dtype: the layer's own or the shared pair."""
@@ -281,29 +289,20 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         content_bias, position_bias = rel_bias
         return tf.cast(content_bias, self.compute_dtype), tf.cast(position_bias, self.compute_dtype)
 
-    def _attend(self, query_input, kv_input, training, content_bias, position_bias,
-                max_distance=None):
-        """Attention without residual and norm.
+    def _logits(self, q, k, positions):
+        """Scaled attention scores: content plus relative-position terms.
 
         Args:
-            query_input: [B, T, D] current segment.
-            kv_input: [B, K, D] memory followed by the current segment.
-            training: bool.
-            content_bias, position_bias: u, v [N, H].
-            max_distance: None, or the farthest key distance a query sees.
+            q: [B, N, T, H] queries.
+            k: [B, N, K, H] keys.
+            positions: (u, v), each [N, H] (see `_relative_biases`).
 
         Returns:
-            [B, T, D] output of the output projection (before dropout).
+            float32 [B, N, T, K], before masking.
         """
-        klen = tf.shape(kv_input)[1]
+        content_bias, position_bias = positions
+        klen = tf.shape(k)[2]
         scale = 1.0 / math.sqrt(self.d_head)
-        # Heads-major [B, N, *, H] straight from the projections: the score
-        # and context products are then batched matmuls over (B, N) with no
-        # transposes inside them (1.13x the speed of the layer, forward and
-        # backward, against [B, T, N, H] einsums at wt2_base sizes).
-        q = tf.einsum("btd,dnh->bnth", query_input, self.query_kernel)  # [B, N, T, H]
-        k = tf.einsum("bkd,dnh->bnkh", kv_input, self.key_kernel)  # [B, N, K, H]
-        v = tf.einsum("bkd,dnh->bnkh", kv_input, self.value_kernel)  # [B, N, K, H]
         # The position projection does not depend on the batch: once per call.
         r = relative_positional_encoding(
             klen, self.d_model, self.clamp_len, self.compute_dtype
@@ -315,7 +314,29 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         content = tf.matmul(q_content, k, transpose_b=True)  # [B, N, T, K]
         # r broadcasts over the batch.
         position = rel_shift(tf.matmul(q_position, r, transpose_b=True))  # [B, N, T, K]
-        logits = tf.cast(content + position, tf.float32)  # [B, N, T, K]
+        return tf.cast(content + position, tf.float32)  # [B, N, T, K]
+
+    def _attend(self, query_input, kv_input, training, positions, max_distance=None):
+        """Attention without residual and norm.
+
+        Args:
+            query_input: [B, T, D] current segment.
+            kv_input: [B, K, D] memory followed by the current segment.
+            training: bool.
+            positions: what `_logits` takes for the position terms.
+            max_distance: None, or the farthest key distance a query sees.
+
+        Returns:
+            [B, T, D] output of the output projection (before dropout).
+        """
+        # Heads-major [B, N, *, H] straight from the projections: the score
+        # and context products are then batched matmuls over (B, N) with no
+        # transposes inside them (1.13x the speed of the layer, forward and
+        # backward, against [B, T, N, H] einsums at wt2_base sizes).
+        q = tf.einsum("btd,dnh->bnth", query_input, self.query_kernel)  # [B, N, T, H]
+        k = tf.einsum("bkd,dnh->bnkh", kv_input, self.key_kernel)  # [B, N, K, H]
+        v = tf.einsum("bkd,dnh->bnkh", kv_input, self.value_kernel)  # [B, N, K, H]
+        logits = self._logits(q, k, positions)  # [B, N, T, K]
         weights = self._attention_weights(logits, max_distance)  # [B, N, T, K]
         weights = self.attn_dropout_layer(weights, training=training)
         weights = tf.cast(weights, self.compute_dtype)
@@ -344,7 +365,10 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         Raises:
             ValueError: `rel_bias` does not match `untie_rel_bias`.
         """
-        content_bias, position_bias = self._relative_biases(rel_bias)
+        return self._apply(x, mem, training, self._relative_biases(rel_bias))
+
+    def _apply(self, x, mem, training, positions):
+        """`call` once the position inputs are known (see `_logits`)."""
         x = tf.cast(x, self.compute_dtype)
         # same_length: distances 0..M of the memory as given (a subclass may
         # drop memory no query sees; distances do not change with it).
@@ -361,8 +385,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             query_input = tf.slice(kv_input, [0, tf.shape(kv_input)[1] - qlen, 0], [-1, qlen, -1])
         else:
             query_input = x
-        attn = self._attend(query_input, kv_input, training, content_bias, position_bias,
-                            max_distance)
+        attn = self._attend(query_input, kv_input, training, positions, max_distance)
         attn = self.output_dropout(attn, training=training)
         if self.pre_norm:
             return x + attn

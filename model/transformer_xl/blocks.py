@@ -122,8 +122,8 @@ def make_attention(config, name, dtype, supernet=False):
     if config.attention == "adaptive_span":
         return AdaptiveSpanAttention(
             span_max=config.span_max, span_ramp=config.span_ramp, span_init=config.span_init,
-            span_loss_coef=config.span_loss_coef, add_span_loss=not supernet, dtype=dtype,
-            name=name, **args)
+            span_loss_coef=config.span_loss_coef, add_span_loss=not supernet,
+            span_positions=config.span_positions, dtype=dtype, name=name, **args)
     return RelativeMultiHeadAttention(dtype=dtype, name=name, **args)
 
 

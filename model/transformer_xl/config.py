@@ -25,6 +25,12 @@ from model.transformer_xl import blocks
 SUPERNET = "supernet"
 TRANSFORMER_XL = "transformer_xl"
 ATTENTIONS = ("relative", "adaptive_span")
+# Positions of adaptive-span attention (model/layers/adaptive_span.py).
+SPAN_POSITIONS = ("relative", "learned")
+# Weight initialisation: the project's (Transformer-XL's N(0, 0.02), Keras'
+# embedding and softmax defaults, embedding scaled by sqrt(D)) or PyTorch's
+# defaults as the adaptive-span reference has them (see model.py).
+INITS = ("default", "pytorch")
 SEARCH_MODES = ("soft", "hard")
 HARD_GRADIENTS = ("all", "chosen")
 EVAL_MODES = ("argmax", "expected")
@@ -83,6 +89,13 @@ class ModelConfig(ConfigBase):
         span_ramp: adaptive-span soft-mask ramp R (tokens).
         span_init: initial span fraction s_h in [0, 1].
         span_loss_coef: lambda of the span loss lambda * mean_h(z_h).
+        span_positions: adaptive span's positions, "relative" (Transformer-XL's
+            sinusoids, W_R, u, v) or "learned" (the adaptive-span reference's
+            key position table shared by every layer and head; a query sees
+            the span_max keys before it, not itself).
+        init: "default" or "pytorch" (the adaptive-span reference's PyTorch
+            defaults: linear layers and their biases U(+-1/sqrt(fan_in)),
+            embedding N(0, 1) not scaled by sqrt(D), key positions N(0, 1)).
         search_mode: "soft" (mix all candidates) or "hard" (straight-through).
         hard_gradient: hard search's architecture gradient: "all" (every
             candidate's output, the straight-through Gumbel-softmax estimator)
@@ -125,6 +138,15 @@ class ModelConfig(ConfigBase):
     span_ramp: int = _field(32, "Adaptive span: soft-mask ramp R.")
     span_init: float = _field(0.0, "Adaptive span: initial span fraction in [0, 1].")
     span_loss_coef: float = _field(2e-6, "Adaptive span: loss coefficient lambda.")
+    span_positions: str = _field(
+        "relative", "Adaptive span: relative = Transformer-XL's relative positions; learned = "
+        "the adaptive-span reference's key position table shared by every layer and head (no "
+        "u, v; a query sees the span_max keys before it, not itself; needs mem_len >= "
+        "span_max).", SPAN_POSITIONS)
+    init: str = _field(
+        "default", "Weight initialisation: default = Transformer-XL's N(0, 0.02) projections, "
+        "embedding scaled by sqrt(D); pytorch = the adaptive-span reference's PyTorch defaults "
+        "(linear layers and biases U(+-1/sqrt(fan_in)), embedding N(0, 1) unscaled).", INITS)
     search_mode: str = _field(
         "soft", "Supernet search: soft mixes all candidates, hard samples one "
         "(straight-through).", SEARCH_MODES)
@@ -204,6 +226,28 @@ class ModelConfig(ConfigBase):
                              f"{self.span_init}")
         if self.span_loss_coef < 0:
             raise ValueError(f"span_loss_coef must be >= 0, got {self.span_loss_coef}")
+        if self.span_positions == "learned":
+            if self.attention != "adaptive_span":
+                raise ValueError(
+                    "span_positions='learned' (the adaptive-span reference's key positions) "
+                    f"applies to attention='adaptive_span' only, got attention="
+                    f"{self.attention!r}: add --attention=adaptive_span or drop "
+                    "--span_positions")
+            if self.span_max > self.mem_len:
+                raise ValueError(
+                    f"span_max={self.span_max} is larger than mem_len={self.mem_len}: learned key "
+                    "positions attend to the span_max keys before each query, so the memory "
+                    "must hold them; set --mem_len >= --span_max or lower --span_max")
+            if not self.untie_rel_bias:
+                raise ValueError(
+                    "untie_rel_bias=False shares relative biases u, v, which learned key "
+                    "positions do not have: drop --nountie_rel_bias or use "
+                    "--span_positions=relative")
+
+    @property
+    def learned_key_positions(self):
+        """bool: attention uses the adaptive-span reference's shared key position table."""
+        return self.attention == "adaptive_span" and self.span_positions == "learned"
 
     @property
     def head_size(self):

@@ -222,8 +222,11 @@ def relative_to_transformer_xl(config, architecture, seq_len, mem_len=None, **kw
 
 
 def attention_param_count(config):
-    """Parameters of one attention block: q, k, v, W_R, o, layer norm, u, v, spans."""
+    """Parameters of one attention block: q, k, v, W_R, o, layer norm, u, v, spans
+    (learned key positions: no W_R, u, v; their table is the model's)."""
     d, nh = config.d_model, config.num_heads * config.head_size
+    if config.learned_key_positions:
+        return 4 * d * nh + 2 * d + config.num_heads
     params = 5 * d * nh + 2 * d
     if config.untie_rel_bias:
         params += 2 * nh
@@ -265,6 +268,8 @@ def param_count(config, architecture=None):
         attends = any(blocks.get(letter).carries_memory for letter in arch)
     if not config.untie_rel_bias and attends:
         block_params += rel_bias
+    if config.learned_key_positions and attends:
+        block_params += config.span_max * config.head_size  # the shared key position table
 
     head_tokens, tails = _clusters(config)
     if config.cutoffs:

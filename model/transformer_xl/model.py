@@ -12,7 +12,7 @@ Size glossary:
     C: candidates per block (3).
 
 Data flow:
-    ids [B, T] -> embedding * sqrt(D) -> dropout
+    ids [B, T] -> embedding * sqrt(D) (init="pytorch": unscaled) -> dropout
       -> blocks (each attention-carrying block also reads its memory [B, M, D]
          and caches its input as the next memory)
       -> optional final layer norm -> dropout -> hidden [B, T, D]
@@ -35,6 +35,7 @@ import tensorflow as tf
 from model.interface import is_decayed_by_role
 from model.layers.adaptive_softmax import AdaptiveEmbedding, AdaptiveSoftmax
 from model.layers.dropout import FastDropout
+from model.layers.initializers import pytorch_defaults
 from model.layers.layer_norm import LayerNorm
 from model.transformer_xl import blocks
 from model.transformer_xl.config import SUPERNET, ModelConfig
@@ -154,6 +155,17 @@ class TransformerXLLM(keras.Model):
                 initializer=keras.initializers.RandomNormal(stddev=0.02),
             )  # v
 
+        # span_positions="learned": the adaptive-span reference's key position
+        # table [S, H], one for every attention layer and head, owned here and
+        # passed to the layers at call time (as the shared u, v above).
+        self.key_positions = None
+        if config.learned_key_positions and self.num_mems:
+            self.key_positions = self.add_weight(
+                name="key_positions",
+                shape=(self.span_max, config.head_size),
+                initializer=keras.initializers.RandomNormal(stddev=1.0),
+            )  # P [S, H], row x - 1: distance x
+
         # Set by the trainer every step (set_search_state); saved with the model.
         self.tau = self.add_weight(
             name="tau",
@@ -209,6 +221,8 @@ class TransformerXLLM(keras.Model):
         if self.final_layer_norm is not None:
             self.final_layer_norm.build(hidden_shape)
         super().build(input_shape)
+        if self.init == "pytorch":
+            pytorch_defaults(self.weights, self.seed)
 
     # ----------------------------------------------------------------- forward
 
@@ -253,7 +267,9 @@ class TransformerXLLM(keras.Model):
                 "or None"
             )
         self._sync_frozen()  # the frozen set is fixed per trace
-        x = self._embed(inputs) * tf.cast(math.sqrt(self.d_model), self.compute_dtype)  # [B, T, D]
+        x = self._embed(inputs)  # [B, T, D]
+        if self.init != "pytorch":  # the reference's embedding is N(0, 1), not scaled
+            x = x * tf.cast(math.sqrt(self.d_model), self.compute_dtype)
         x = self.embedding_dropout(x, training=training)
         tau = tf.convert_to_tensor(self.tau)
         step = tf.convert_to_tensor(self.search_step)
@@ -263,6 +279,8 @@ class TransformerXLLM(keras.Model):
                 tf.convert_to_tensor(self.content_bias),
                 tf.convert_to_tensor(self.position_bias),
             )
+        if self.key_positions is not None:
+            shared["key_positions"] = tf.convert_to_tensor(self.key_positions)
         new_mems = []
         mem_iter = iter(mems)
         for spec, layer in self._memory_blocks():

@@ -180,14 +180,18 @@ class StochasticBlock(keras.layers.Layer):
         noise = gumbel_noise(self.seed, self.block_index, step, len(self.candidates))  # [C]
         return tf.nn.softmax((logits + noise) / tf.cast(tau, tf.float32))
 
-    def _branches(self, x, mem, training, rel_bias):
-        """One zero-argument callable per candidate, each returning [B, T, D]."""
+    def _branches(self, x, mem, training, shared):
+        """One zero-argument callable per candidate, each returning [B, T, D].
+
+        `shared` holds what the model owns for every attention layer (the
+        shared `rel_bias`, the learned `key_positions`), only those it has.
+        """
         def branch(index):
             layer = self.candidate_layer(index)
             if layer is None:
                 return lambda: x
             if self.candidates[index].carries_memory:
-                return lambda: layer(x, mem, training=training, rel_bias=rel_bias)
+                return lambda: layer(x, mem, training=training, **shared)
             return lambda: layer(x, training=training)
 
         return [branch(k) for k in range(len(self.candidates))]
@@ -198,7 +202,8 @@ class StochasticBlock(keras.layers.Layer):
         layers = [self.candidate_layer(k) for k in indices]
         return [layer for layer in layers if hasattr(layer, "span_loss")]
 
-    def call(self, x, mem=None, tau=1.0, step=0, training=False, rel_bias=None):
+    def call(self, x, mem=None, tau=1.0, step=0, training=False, rel_bias=None,
+             key_positions=None):
         """Applies the (mixture of) candidate(s).
 
         Args:
@@ -209,6 +214,8 @@ class StochasticBlock(keras.layers.Layer):
             training: bool; selects Gumbel sampling vs deterministic eval.
             rel_bias: (u, v) [N, H] shared relative biases for the attention
                 candidate, required when `untie_rel_bias=False` (else None).
+            key_positions: [S, H] learned key position table shared by every
+                attention layer (`span_positions="learned"`), else None.
 
         Returns:
             [B, T, D] in the compute dtype.
@@ -219,7 +226,10 @@ class StochasticBlock(keras.layers.Layer):
             # TransformerXLLM.span_losses does).
             for layer in self._span_loss_layers():
                 self.add_loss(layer.span_loss())
-        branches = self._branches(x, mem, training, rel_bias)
+        shared = {name: value for name, value in (("rel_bias", rel_bias),
+                                                  ("key_positions", key_positions))
+                  if value is not None}
+        branches = self._branches(x, mem, training, shared)
         if self.frozen is not None:  # only the chosen candidate, no mixing
             return tf.cast(branches[self.frozen](), self.compute_dtype)
         config = self.model_config
@@ -237,13 +247,12 @@ class StochasticBlock(keras.layers.Layer):
                   for d in getattr(layer, "dropout_layers", [])]
         dropouts, seeds = draw_seeds(layers if training else [])
         with fixed_seeds(dropouts, seeds):
-            branches = self._branches(x, mem, training, rel_bias)
+            branches = self._branches(x, mem, training, shared)
             if config.hard_gradient == "all":
-                return self._hard_all(choice, weights, branches, x, mem, training, rel_bias,
-                                      step)
+                return self._hard_all(choice, weights, branches, x, mem, training, shared, step)
             return self._hard_chosen(choice, weights, branches)
 
-    def _hard_all(self, choice, weights, branches, x, mem, training, rel_bias, step):
+    def _hard_all(self, choice, weights, branches, x, mem, training, shared, step):
         """Straight-through Gumbel-softmax: [B, T, D], the value of f_k alone.
 
         Weights h = onehot + w - stop_gradient(w) are exactly one-hot in value
@@ -279,7 +288,7 @@ class StochasticBlock(keras.layers.Layer):
             sub_x = tf.gather(x, rows)
             sub = self._branches(sub_x,
                                  None if mem is None else tf.gather(mem, rows),
-                                 training, rel_bias)
+                                 training, shared)
             scale = tf.cast(batch, self.compute_dtype) / tf.cast(n, self.compute_dtype)
 
         if xla.compiling_with_xla():

@@ -217,3 +217,88 @@ def test_mixed_bfloat16_policy():
 def test_bad_arguments_name_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):
         AdaptiveSpanAttention(D, N, H, **kwargs)
+
+
+# ---------------------------------------------- learned key positions (the reference's)
+
+
+def slow_learned_attention(layer, table, x, mem, spans, ramp):
+    """The adaptive-span reference's attention (models.py, adaptive_span.py), one
+    (b, i, n) at a time, in float64: query i sees the keys at distances
+    1..S (not itself), score (q . k + q . P[x - 1]) / sqrt(H), softmax, times
+    the reference's mask clamp((R + z + 1 - x) / R, 0, 1) (its template
+    `linspace(1 - S, 0, S) + z`, divided by R, plus 1), renormalised with
+    1e-8; post-norm residual as in `TransformerSeqLayer`."""
+    w = {v.path.split("/")[-1]: np.asarray(v.numpy(), np.float64) for v in layer.weights}
+    table = np.asarray(table, np.float64)
+    x, mem = np.asarray(x, np.float64), np.asarray(mem, np.float64)
+    keys = np.concatenate([mem, x], axis=1)
+    mlen, span = mem.shape[1], table.shape[0]
+    out = np.zeros_like(x)
+    for b in range(x.shape[0]):
+        for i in range(x.shape[1]):
+            attn = np.zeros(x.shape[2])
+            for n in range(layer.num_heads):
+                q = x[b, i] @ w["query_kernel"][:, n]
+                seen = [j for j in range(mlen + i) if 1 <= mlen + i - j <= span]
+                if not seen:
+                    continue
+                scores = [(q @ (keys[b, j] @ w["key_kernel"][:, n])
+                           + q @ table[mlen + i - j - 1]) / np.sqrt(layer.d_head) for j in seen]
+                p = np.exp(np.array(scores) - max(scores))
+                p /= p.sum()
+                p *= [min(1.0, max(0.0, (ramp + spans[n] + 1 - (mlen + i - j)) / ramp))
+                      for j in seen]
+                p /= p.sum() + 1e-8
+                attn += (p @ np.array([keys[b, j] @ w["value_kernel"][:, n] for j in seen])
+                         ) @ w["output_kernel"][n]
+            out[b, i] = x[b, i] + attn
+    mean = out.mean(-1, keepdims=True)
+    var = out.var(-1, keepdims=True)
+    return (out - mean) / np.sqrt(var + layer.layer_norm_epsilon) * w["gamma"] + w["beta"]
+
+
+def learned_table(span, seed=3):
+    return np.random.default_rng(seed).normal(size=(span, H)).astype("float32")
+
+
+def test_learned_positions_match_the_reference_loop():
+    layer = make_layer(spans=[0.3, 0.7], span_max=6, span_ramp=2, span_positions="learned")
+    assert layer.position_kernel is None and layer.content_bias is None
+    table = learned_table(6)
+    x, mem = random_inputs(qlen=4, mlen=5)  # K = 9 > S = 6: the window cuts keys too
+    spans = layer.spans.numpy()
+    expected = slow_learned_attention(layer, table, x, mem, spans, 2)
+    got = layer(x, mem, key_positions=table).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    # The table is used: another table gives another output.
+    other = layer(x, mem, key_positions=learned_table(6, seed=4)).numpy()
+    assert np.abs(other - got).max() > 1e-3
+    # Memory as zeros (the reference's first cache) attends to zero keys, finite.
+    assert np.all(np.isfinite(layer(x, np.zeros_like(mem), key_positions=table).numpy()))
+
+
+def test_learned_positions_trimming_is_exact():
+    kwargs = dict(spans=[0.05, 0.1], span_max=96, span_ramp=4, span_positions="learned")
+    trimmed, full = make_layer(**kwargs), make_layer(trim_memory=False, **kwargs)
+    table = learned_table(96)
+    x, mem = random_inputs(batch=1, qlen=4, mlen=96)  # max z + R = 13.6 -> keep 64
+    expected = full(x, mem, key_positions=table).numpy()
+    poisoned = mem.copy()
+    poisoned[:, :32] = np.nan  # 96 - 64 oldest positions: never read
+    np.testing.assert_allclose(trimmed(x, poisoned, key_positions=table).numpy(), expected,
+                               rtol=1e-5, atol=1e-5)
+    assert np.all(np.isnan(full(x, poisoned, key_positions=table).numpy()))
+
+
+def test_learned_positions_config_and_call_errors():
+    layer = make_layer(span_positions="learned")
+    x, mem = random_inputs()
+    check_config_round_trip(layer, [x, mem], {"key_positions": learned_table(8)})
+    assert layer.get_config()["span_positions"] == "learned"
+    with pytest.raises(ValueError, match="takes key_positions"):
+        layer(x, mem)
+    with pytest.raises(ValueError, match="takes no key_positions"):
+        make_layer()(x, mem, key_positions=learned_table(8))
+    with pytest.raises(ValueError, match="span_positions must be one of"):
+        AdaptiveSpanAttention(D, N, H, span_positions="absolute")
