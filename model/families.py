@@ -103,6 +103,7 @@ def _families():
             default_preset="wt2_base",
             builder=transformer_xl.build,
             register_keras_objects=transformer_xl.register_keras_objects,
+            train_defaults=transformer_xl_presets.TRAIN_DEFAULTS,
         ),
         Family(
             name="sha_rnn",

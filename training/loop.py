@@ -40,7 +40,7 @@ import tensorflow as tf
 
 import data_utils
 from training import checkpoint as checkpoint_lib
-from training import interrupt, metrics, run_dir, run_lock, summaries
+from training import collapse, interrupt, metrics, run_dir, run_lock, summaries
 from training import strategy as strategy_lib
 from training.checkpoint import NonFiniteError
 from training.config import ConfigError, check_data, check_model_dir, check_replicas, check_resume
@@ -230,6 +230,8 @@ def _train_one(config, callbacks, strategy, overwrite):
             raise ConfigError(f"--data_dir={config.data_dir}: {error}") from None
         check_data(config, meta)
         check_replicas(config, meta, strategy.num_replicas_in_sync)
+        callbacks = [*callbacks, collapse.CollapseGuard.for_run(
+            config, data_utils.unigram_counts(config.data_dir, meta))]
         chief = strategy_lib.is_chief(strategy)
         # One training process per run directory (only the chief writes there).
         with run_lock.RunLock(config.model_dir) if chief else contextlib.nullcontext():

@@ -97,3 +97,9 @@ class StopAfter:
 
     def on_train_end(self, results):
         pass
+
+
+# train.py flags of --preset=adaptive_span_small at test size: learned key
+# positions, PyTorch's initialisation and the reference's Adagrad (adagrad_clip).
+SPAN_TINY = ["--preset=adaptive_span_small", "--num_blocks=2", "--d_model=16", "--d_ffn=32",
+             "--num_heads=2", "--span_max=16", "--mem_len=16", "--span_ramp=4"]

@@ -15,6 +15,8 @@ import sys
 import numpy as np
 import pytest
 
+from tests.helpers.trainers import SPAN_TINY
+
 STEPS = 5
 # One config for all: no dropout (replicas would draw the same masks for their
 # rows, one device draws one mask for all rows), L2 decay, arch warmup.
@@ -30,6 +32,8 @@ _FAMILY_FLAGS = {
     "sha_rnn": ["--model_family=sha_rnn", "--preset=sha_rnn_tiny", "--dropout=0",
                 "--dropout_input=0", "--dropout_hidden=0", "--attn_dropout=0",
                 "--optimizer=lamb_sharnn"],
+    # The adaptive-span reference's optimizer (adagrad_clip) and model options.
+    "adaptive_span": [*SPAN_TINY, "--dropout=0"],
 }
 
 # Child: per family (argv[3], JSON family -> flags), the same global batches

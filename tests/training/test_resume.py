@@ -20,6 +20,8 @@ import time
 import numpy as np
 import pytest
 
+from tests.helpers.trainers import SPAN_TINY
+
 STEPS = 30
 CHECKPOINT_EVERY = 10
 
@@ -33,6 +35,7 @@ _FAMILY_FLAGS = {
     # Fast architecture learning and a short window: freezes before and after step 10.
     "transformer_xl_freezing": ["--preset=tiny", "--num_blocks=3", "--arch_learning_rate=0.3",
                                 "--freeze_threshold=0.6", "--freeze_window=3"],
+    "adaptive_span": SPAN_TINY,
 }
 
 # Trains each run of argv[1] (JSON list of train.py argument lists) in turn,
