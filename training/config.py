@@ -152,7 +152,7 @@ class TrainConfig(ConfigBase):
     tensor_clip_norm: float | None = _field(
         None, "optimisation", "adagrad_clip only: each weight tensor's learning rate is scaled "
         "by min(1, this / its gradient norm), the accumulator keeping the unclipped squares "
-        "(the adaptive-span reference's --grad-clip; 0: off).")
+        "(0: off; default 0.03, the adaptive-span reference's --grad-clip).")
     clip_norm: float = _field(0.25, "optimisation",
                               "Global-norm clipping of the weight gradients (0: off).")
     on_nonfinite: str = _field(

@@ -71,11 +71,13 @@ PRESETS["adaptive_span_enwik8_small"] = dict(
 
 # The reference's optimisation (main.py --optim adagrad --grad-clip 0.03
 # --lr 0.07): its Adagrad with the per-tensor learning-rate throttle
-# (training/optimizers/adagrad_clip.py), epsilon 1e-10 after the square root,
-# no global clip, a linear warm-up then a constant rate (evaluation keeps the
-# training memory, eval_mem_len's default). Applied by train.py for the flags a user does not give.
-_ADAGRAD_RECIPE = dict(optimizer="adagrad_clip", learning_rate=0.07, tensor_clip_norm=0.03,
-                       epsilon=1e-10, clip_norm=0.0, weight_decay=0.0, lr_schedule="constant",
+# (training/optimizers/adagrad_clip.py; --tensor_clip_norm is 0.03 by
+# default), epsilon 1e-10 after the square root, no global clip, a linear
+# warm-up then a constant rate; evaluation keeps the training memory
+# (eval_mem_len's default). Applied by train.py for the flags a user does not
+# give.
+_ADAGRAD_RECIPE = dict(optimizer="adagrad_clip", learning_rate=0.07, epsilon=1e-10,
+                       clip_norm=0.0, weight_decay=0.0, lr_schedule="constant",
                        warmup_fraction=0.5)
 TRAIN_DEFAULTS: dict[str, dict] = {
     "adaptive_span_small": dict(_ADAGRAD_RECIPE, warmup_steps=200),

@@ -235,3 +235,8 @@ def test_registry_builds_it_with_the_flag_values(tiny_data, tmp_path):
     optimizer = spec.make(0.07, config)
     assert type(optimizer) is AdagradClip
     assert (optimizer.tensor_clip_norm, optimizer.epsilon) == (0.03, 1e-10)
+    # Without the flag: the reference experiments' 0.03.
+    fv = train_cli.define_flags(absl_flags.FlagValues())
+    fv(["train.py", f"--data_dir={tiny_data}", f"--model_dir={tmp_path}", *TINY,
+        "--optimizer=adagrad_clip"])
+    assert spec.make(0.07, train_cli.config_from_flags(fv)[0]).tensor_clip_norm == 0.03

@@ -11,6 +11,7 @@ def test_preset_brings_the_reference_recipe_trains_and_spans_move(tiny_data, tmp
 
     import train as train_cli
     from training.loop import read_training_log, train
+    from training.optimizers import get_optimizer
 
     fv = train_cli.define_flags(absl_flags.FlagValues())
     fv(["train.py", f"--data_dir={tiny_data}", f"--model_dir={tmp_path / 'run'}", *SPAN_TINY,
@@ -18,9 +19,9 @@ def test_preset_brings_the_reference_recipe_trains_and_spans_move(tiny_data, tmp
         "--log_interval=4"])
     config = train_cli.config_from_flags(fv)[0]
     # The preset's training defaults: the reference's Adagrad, no global clip.
-    assert (config.optimizer, config.tensor_clip_norm, config.clip_norm, config.learning_rate,
-            config.epsilon, config.lr_schedule) == (
-        "adagrad_clip", 0.03, 0.0, 0.07, 1e-10, "constant")
+    assert (config.optimizer, config.clip_norm, config.learning_rate, config.epsilon,
+            config.lr_schedule) == ("adagrad_clip", 0.0, 0.07, 1e-10, "constant")
+    assert get_optimizer(config.optimizer).make(0.07, config).tensor_clip_norm == 0.03
     model = config.model
     assert (model.attention, model.span_positions, model.init, model.span_init,
             model.dropout) == ("adaptive_span", "learned", "pytorch", 0.0, 0.0)

@@ -22,7 +22,8 @@ module in this package:
                  also what it accumulates): see adagrad_clip.
     adagrad_clip the adaptive-span reference's AdagradWithGradClip
                  (adagrad_clip.py): each tensor's learning rate scaled by
-                 min(1, --tensor_clip_norm / ||g||), the accumulator summing
+                 min(1, --tensor_clip_norm / ||g||) (default 0.03, the
+                 reference's experiments), the accumulator summing
                  the unclipped squares, epsilon after the square root. The
                  adaptive_span_* presets' default.
 
@@ -86,8 +87,9 @@ def _adagrad(keras, learning_rate, config):
 def _adagrad_clip(keras, learning_rate, config):
     from training.optimizers.adagrad_clip import AdagradClip
 
+    clip = 0.03 if config.tensor_clip_norm is None else config.tensor_clip_norm
     return AdagradClip(learning_rate=learning_rate, epsilon=config.epsilon,
-                       tensor_clip_norm=config.tensor_clip_norm or 0.0)
+                       tensor_clip_norm=clip)
 
 
 _ADAGRAD_CLIP_NOTE = (
