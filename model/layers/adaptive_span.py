@@ -40,7 +40,7 @@ import keras
 import tensorflow as tf
 
 from model import xla
-from model.layers.relative_attention import MASK_VALUE, RelativeMultiHeadAttention, rel_shift
+from model.layers.relative_attention import MASK_VALUE, RelativeMultiHeadAttention
 
 # Added to the renormalisation denominator: a row whose in-span weights all
 # underflow gives zeros instead of NaN.
@@ -75,12 +75,33 @@ class ClampConstraint(keras.constraints.Constraint):
         return {"min_value": self.min_value, "max_value": self.max_value}
 
 
-def key_distances(qlen, klen):
-    """int32 [T, K]: `x = (K - T + i) - j`, query i's distance to key j."""
-    return tf.range(qlen)[:, None] + (klen - qlen) - tf.range(klen)[None, :]
+def _unskew(scores, window):
+    """[..., T, W + T] scores by key -> [..., T, W] by window slot: out[i, l] = x[i, i + l].
+
+    Flat, row i of the input starts at i (W + T); padding T at the end and
+    reading rows of W + T + 1 puts x[i, i + l] at row i, column l.
+    """
+    shape = tf.shape(scores)
+    lead, qlen = shape[:-2], shape[-2]
+    flat = tf.reshape(scores, tf.concat([lead, [-1]], 0))
+    rank = len(scores.shape)
+    flat = tf.pad(flat, [[0, 0]] * (rank - 2) + [[0, qlen]])
+    rows = tf.reshape(flat, tf.concat([lead, [qlen, window + qlen + 1]], 0))
+    return rows[..., :window]
 
 
-def adaptive_span_mask(spans, span_ramp, qlen, klen, dtype=tf.float32, offset=0):
+def _skew(weights):
+    """[..., T, W] by window slot -> [..., T, W + T] by key, zeros elsewhere (inverse
+    of `_unskew`): row i of the result holds row i of the input at columns i..i+W-1."""
+    shape = tf.shape(weights)
+    lead, qlen, window = shape[:-2], shape[-2], shape[-1]
+    rank = len(weights.shape)
+    padded = tf.pad(weights, [[0, 0]] * (rank - 1) + [[0, qlen + 1]])  # [..., T, W + T + 1]
+    flat = tf.reshape(padded, tf.concat([lead, [-1]], 0))[..., :-qlen]
+    return tf.reshape(flat, tf.concat([lead, [qlen, window + qlen]], 0))
+
+
+def adaptive_span_mask(spans, span_ramp, qlen, klen, dtype=tf.float32):
     """Soft span mask over (head, query, key).
 
     Args:
@@ -89,15 +110,14 @@ def adaptive_span_mask(spans, span_ramp, qlen, klen, dtype=tf.float32, offset=0)
         qlen: int or scalar tensor, T.
         klen: int or scalar tensor, K >= T (the last T keys are the queries).
         dtype: dtype of the result.
-        offset: int, the mask is taken at `x - offset` (1 for learned key
-            positions, whose nearest key is at distance 1).
 
     Returns:
-        [N, T, K] with `clamp((R + z_h - x') / R, 0, 1)` for
-        `x' = (K - T + i) - j - offset >= 0`, and 0 where `x' < 0`.
+        [N, T, K] with `clamp((R + z_h - x) / R, 0, 1)` for the distance
+        `x = (K - T + i) - j >= 0`, and 0 for the non-causal keys `x < 0`.
     """
     spans = tf.cast(spans, tf.float32)
-    distance = tf.cast(key_distances(qlen, klen) - offset, tf.float32)  # [T, K]
+    query = tf.range(qlen)[:, None] + (klen - qlen)  # absolute query positions
+    distance = tf.cast(query - tf.range(klen)[None, :], tf.float32)  # [T, K]
     ramp = float(span_ramp)
     mask = tf.clip_by_value((ramp + spans[:, None, None] - distance) / ramp, 0.0, 1.0)  # [N, T, K]
     mask = tf.where(distance >= 0.0, mask, 0.0)
@@ -228,38 +248,78 @@ class AdaptiveSpanAttention(RelativeMultiHeadAttention):
         keep = memory_keep_length(self.spans, self.span_ramp, mlen)
         return mem[:, mlen - keep :]  # [B, M', D]
 
-    def _logits(self, q, k, positions):
-        if self.relative_positions:
-            return super()._logits(q, k, positions)
-        klen = tf.shape(k)[2]
-        q = q * (1.0 / math.sqrt(self.d_head))  # [B, N, T, H]
-        content = tf.matmul(q, k, transpose_b=True)  # [B, N, T, K]
-        table = tf.cast(positions, self.compute_dtype)  # [S, H], row x - 1: distance x
-        by_distance = tf.concat([tf.zeros_like(table[:1]), table], axis=0)  # [S + 1, H]
-        # Distances past S have no row (they are masked): zeros, cut to K rows.
-        extra = tf.maximum(klen - self.span_max - 1, 0)
-        by_distance = tf.pad(by_distance, [[0, extra], [0, 0]])[:klen]  # [K, H], row x: distance x
-        descending = tf.reverse(by_distance, axis=[0])  # row c: distance K - 1 - c (rel_shift's)
-        position = rel_shift(tf.einsum("bnth,kh->bntk", q, descending))  # [B, N, T, K]
-        return tf.cast(content + position, tf.float32)
-
     def _attention_weights(self, logits, max_distance=None):
+        # Relative positions only: learned ones take `_attend_window`.
+        weights = super()._attention_weights(logits, max_distance)  # [B, N, T, K]
         shape = tf.shape(logits)
-        qlen, klen = shape[-2], shape[-1]
-        if self.relative_positions:
-            weights = super()._attention_weights(logits, max_distance)  # [B, N, T, K]
-            mask = adaptive_span_mask(self.spans, self.span_ramp, qlen, klen)  # [N, T, K]
-        else:
-            # The reference's window: the S keys at distances 1..S.
-            distance = key_distances(qlen, klen)  # [T, K]
-            visible = (distance >= 1) & (distance <= self.span_max)
-            if max_distance is not None:
-                visible &= distance <= max_distance
-            weights = tf.nn.softmax(tf.where(visible, logits, MASK_VALUE), axis=-1)
-            mask = adaptive_span_mask(self.spans, self.span_ramp, qlen, klen, offset=1)
-            mask = tf.where(visible, mask, 0.0)  # [N, T, K]
+        mask = adaptive_span_mask(self.spans, self.span_ramp, shape[-2], shape[-1])  # [N, T, K]
         weights = weights * mask
         return weights / (tf.reduce_sum(weights, axis=-1, keepdims=True) + _RENORM_EPSILON)
+
+    def _attend(self, query_input, kv_input, training, positions, max_distance=None):
+        if self.relative_positions:
+            return super()._attend(query_input, kv_input, training, positions, max_distance)
+        return self._attend_window(query_input, kv_input, training, positions, max_distance)
+
+    def _window(self, klen, qlen):
+        """W, the distances 1..W that the scores cover: at most S, at most K - 1
+        (the farthest key of the last query), at most ceil64(max_h z_h + R) while
+        trimming (a key farther than that has span mask 0)."""
+        window = tf.minimum(self.span_max, klen - 1)
+        if self.trim_memory and not xla.compiling_with_xla():
+            window = tf.minimum(window, memory_keep_length(self.spans, self.span_ramp,
+                                                           self.span_max))
+        return tf.maximum(window, 1)
+
+    def _attend_window(self, query_input, kv_input, training, table, max_distance=None):
+        """Learned key positions over each query's window of W keys before it.
+
+        As the reference (models.py `_skew` / `_unskew`), scores are laid out
+        `[B, N, T, W]` by distance (column l: distance W - l), so the softmax,
+        the masks and the renormalisation see W keys per query instead of K.
+        Keys farther than W have span mask 0 or lie past S, so leaving them out
+        of the softmax changes nothing but the renormalisation epsilon's scale.
+
+        Args:
+            query_input: [B, T, D]; kv_input: [B, K, D]; training: bool.
+            table: [S, H] key position table (row x - 1: distance x).
+            max_distance: None, or the farthest distance a query sees.
+
+        Returns:
+            [B, T, D] output of the output projection (before dropout).
+        """
+        qlen, klen = tf.shape(query_input)[1], tf.shape(kv_input)[1]
+        window = self._window(klen, qlen)
+        # Pad keys in front so that every query has W slots (masked below).
+        pad = tf.maximum(window - (klen - qlen), 0)
+        kv_input = tf.pad(kv_input, [[0, 0], [pad, 0], [0, 0]])
+        # The W + T keys any query's window reaches: drop the older ones.
+        kv_input = kv_input[:, klen + pad - qlen - window:]  # [B, W + T, D]
+        scale = 1.0 / math.sqrt(self.d_head)
+        q = tf.einsum("btd,dnh->bnth", query_input, self.query_kernel) * scale  # [B, N, T, H]
+        k = tf.einsum("bkd,dnh->bnkh", kv_input, self.key_kernel)  # [B, N, W + T, H]
+        v = tf.einsum("bkd,dnh->bnkh", kv_input, self.value_kernel)  # [B, N, W + T, H]
+        content = _unskew(tf.matmul(q, k, transpose_b=True), window)  # [B, N, T, W]
+        rows = tf.reverse(tf.cast(table, self.compute_dtype)[:window], axis=[0])  # [W, H]
+        position = tf.einsum("bnth,wh->bntw", q, rows)  # [B, N, T, W], column l: distance W - l
+        logits = tf.cast(content + position, tf.float32)  # [B, N, T, W]
+        distance = window - tf.range(window)  # [W]
+        # A slot is a real key when its distance reaches no further back than
+        # the keys given (M + i for query i), and within max_distance.
+        visible = distance[None, :] <= (klen - qlen) + tf.range(qlen)[:, None]  # [T, W]
+        if max_distance is not None:
+            visible &= distance[None, :] <= max_distance
+        weights = tf.nn.softmax(tf.where(visible, logits, MASK_VALUE), axis=-1)
+        ramp = float(self.span_ramp)
+        mask = tf.clip_by_value(
+            (ramp + self.spans[:, None] - tf.cast(distance - 1, tf.float32)[None, :]) / ramp,
+            0.0, 1.0)  # [N, W], the reference's mask at x - 1
+        weights = weights * tf.where(visible, mask[:, None, :], 0.0)  # [B, N, T, W]
+        weights = weights / (tf.reduce_sum(weights, axis=-1, keepdims=True) + _RENORM_EPSILON)
+        weights = self.attn_dropout_layer(weights, training=training)
+        weights = tf.cast(weights, self.compute_dtype)
+        context = tf.matmul(_skew(weights), v)  # [B, N, T, H]
+        return tf.einsum("bnth,nhd->btd", context, self.output_kernel)  # [B, T, D]
 
     def call(self, x, mem=None, training=False, rel_bias=None, key_positions=None):
         """See `RelativeMultiHeadAttention.call`; adds the span loss when training.

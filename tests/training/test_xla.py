@@ -11,7 +11,7 @@ the random bits are the same with and without XLA (Philox named, model/xla.py).
 import numpy as np
 import pytest
 
-from tests.helpers.trainers import as_arrays, assert_close, first_batches, make_trainer
+from tests.helpers.trainers import SPAN_TINY, as_arrays, assert_close, first_batches, make_trainer
 
 STEPS = 3
 _BASE = [
@@ -35,6 +35,12 @@ CASES = {
     "adaptive_span": ["--architecture=transformer_xl", "--attention=adaptive_span",
                       "--span_max=16", "--span_ramp=4", "--span_loss_coef=0.05",
                       "--dropout=0"],
+    # The reference's recipe: learned key positions (window layout), adagrad_clip;
+    # its epsilon 1e-10 would turn gradients that are zero up to rounding (far
+    # key positions, whose weight the span mask zeroes) into full steps of
+    # either sign, so the two programs' rounding would show in the weights.
+    "adaptive_span_reference": [*SPAN_TINY, "--dropout=0", "--span_loss_coef=0.05",
+                                "--epsilon=1e-6"],
     "bfloat16": ["--precision=mixed_bfloat16", "--dropout=0.1"],
     # Loss scaling (LossScaleOptimizer's conditional updates) inside the program.
     "float16": ["--precision=mixed_float16", "--dropout=0"],
