@@ -99,7 +99,8 @@ def measure(model_config, spans, batch_size, seq_len, rounds, sample_seconds, pr
     """Tokens/s (interleaved) and peak step memory of the three networks."""
     span_max = model_config.span_max
     configs = {LEARNED: model_config, MAXIMUM: model_config,
-               FIXED: dataclasses.replace(model_config, attention="relative")}
+               FIXED: dataclasses.replace(model_config, attention="relative",
+                                          span_positions="relative")}
     assigned = {LEARNED: spans, MAXIMUM: [[float(span_max)] * len(s) for s in spans]}
     with tempfile.TemporaryDirectory(prefix="bench_span_") as workdir:
         cases = []

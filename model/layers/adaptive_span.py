@@ -87,7 +87,9 @@ def _unskew(scores, window):
     rank = len(scores.shape)
     flat = tf.pad(flat, [[0, 0]] * (rank - 2) + [[0, qlen]])
     rows = tf.reshape(flat, tf.concat([lead, [qlen, window + qlen + 1]], 0))
-    return rows[..., :window]
+    # tf.slice, not rows[..., :window]: StridedSliceGrad is several times slower.
+    return tf.slice(rows, tf.zeros([rank], tf.int32),
+                    tf.concat([tf.fill([rank - 1], -1), [window]], 0))
 
 
 def _skew(weights):
@@ -97,7 +99,9 @@ def _skew(weights):
     lead, qlen, window = shape[:-2], shape[-2], shape[-1]
     rank = len(weights.shape)
     padded = tf.pad(weights, [[0, 0]] * (rank - 1) + [[0, qlen + 1]])  # [..., T, W + T + 1]
-    flat = tf.reshape(padded, tf.concat([lead, [-1]], 0))[..., :-qlen]
+    flat = tf.reshape(padded, tf.concat([lead, [-1]], 0))
+    flat = tf.slice(flat, tf.zeros([rank - 1], tf.int32),
+                    tf.concat([tf.fill([rank - 2], -1), [qlen * (window + qlen)]], 0))
     return tf.reshape(flat, tf.concat([lead, [qlen, window + qlen]], 0))
 
 
@@ -294,13 +298,15 @@ class AdaptiveSpanAttention(RelativeMultiHeadAttention):
         pad = tf.maximum(window - (klen - qlen), 0)
         kv_input = tf.pad(kv_input, [[0, 0], [pad, 0], [0, 0]])
         # The W + T keys any query's window reaches: drop the older ones.
-        kv_input = kv_input[:, klen + pad - qlen - window:]  # [B, W + T, D]
+        kv_input = tf.slice(kv_input, [0, klen + pad - qlen - window, 0], [-1, -1, -1])
+        # [B, W + T, D]
         scale = 1.0 / math.sqrt(self.d_head)
         q = tf.einsum("btd,dnh->bnth", query_input, self.query_kernel) * scale  # [B, N, T, H]
         k = tf.einsum("bkd,dnh->bnkh", kv_input, self.key_kernel)  # [B, N, W + T, H]
         v = tf.einsum("bkd,dnh->bnkh", kv_input, self.value_kernel)  # [B, N, W + T, H]
         content = _unskew(tf.matmul(q, k, transpose_b=True), window)  # [B, N, T, W]
-        rows = tf.reverse(tf.cast(table, self.compute_dtype)[:window], axis=[0])  # [W, H]
+        rows = tf.reverse(tf.slice(tf.cast(table, self.compute_dtype), [0, 0], [window, -1]),
+                          axis=[0])  # [W, H]
         position = tf.einsum("bnth,wh->bntw", q, rows)  # [B, N, T, W], column l: distance W - l
         logits = tf.cast(content + position, tf.float32)  # [B, N, T, W]
         distance = window - tf.range(window)  # [W]
