@@ -40,7 +40,11 @@ import keras
 import tensorflow as tf
 
 from model import xla
-from model.layers.relative_attention import MASK_VALUE, RelativeMultiHeadAttention
+from model.layers.relative_attention import (
+    MASK_VALUE,
+    RelativeMultiHeadAttention,
+    project_heads,
+)
 
 # Added to the renormalisation denominator: a row whose in-span weights all
 # underflow gives zeros instead of NaN.
@@ -301,9 +305,9 @@ class AdaptiveSpanAttention(RelativeMultiHeadAttention):
         kv_input = tf.slice(kv_input, [0, klen + pad - qlen - window, 0], [-1, -1, -1])
         # [B, W + T, D]
         scale = 1.0 / math.sqrt(self.d_head)
-        q = tf.einsum("btd,dnh->bnth", query_input, self.query_kernel) * scale  # [B, N, T, H]
-        k = tf.einsum("bkd,dnh->bnkh", kv_input, self.key_kernel)  # [B, N, W + T, H]
-        v = tf.einsum("bkd,dnh->bnkh", kv_input, self.value_kernel)  # [B, N, W + T, H]
+        q = project_heads(query_input, self.query_kernel) * scale  # [B, N, T, H]
+        k = project_heads(kv_input, self.key_kernel)  # [B, N, W + T, H]
+        v = project_heads(kv_input, self.value_kernel)  # [B, N, W + T, H]
         content = _unskew(tf.matmul(q, k, transpose_b=True), window)  # [B, N, T, W]
         rows = tf.reverse(tf.slice(tf.cast(table, self.compute_dtype), [0, 0], [window, -1]),
                           axis=[0])  # [W, H]

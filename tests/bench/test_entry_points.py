@@ -11,9 +11,10 @@ ENTRY_POINTS = [
     "bench.bench_adaptive_softmax", "bench.bench_batch_split", "bench.bench_data",
     "bench.bench_families", "bench.bench_generation", "bench.bench_lstm",
     "bench.bench_optimal_cuts",
-    "bench.bench_span", "bench.bench_threads", "bench.bench_train", "bench.profile_step",
+    "bench.bench_span", "bench.bench_span_reference", "bench.bench_threads",
+    "bench.bench_train", "bench.profile_step",
     "experiments.bench_commits", "experiments.bench_commits_worker",
-    "experiments.compare_families", "experiments.cost_sweep",
+    "experiments.compare_families", "experiments.cost_sweep", "experiments.span_fidelity",
     "tools.bench_tables", "tools.collect_run", "tools.flags_doc", "tools.freeze_replay",
     "tools.spm_from_vocab",
 ]
