@@ -1,4 +1,5 @@
-"""Reading source text: byte ranges of files, UTF-8 checks, word/line counts.
+"""Reading source text: byte ranges of files, UTF-8 checks, word/line counts,
+bounded pieces of long lines.
 
 Large corpora (WikiText-103 is 540 MB) are read in chunks that end at a line
 break, so memory does not grow with the file and a UTF-8 character is never
@@ -109,6 +110,46 @@ def decode_utf8(data: bytes, offset: int, source: SplitSource) -> str:
             f"{position}: {data[e.start:e.start + 4]!r}); convert it to UTF-8 "
             "(e.g. iconv -f latin1 -t utf-8) or use --tokenizer=byte",
             source.path, line, position) from None
+
+
+def bounded_pieces(line: str, max_bytes: int) -> Iterator[str]:
+    """Pieces of a line, each at most `max_bytes` long in UTF-8.
+
+    A line that fits is yielded whole. A longer one is cut at its last space
+    within the bound (the space is dropped); a stretch of `max_bytes` without
+    a space is cut before the UTF-8 character that would cross the bound, so
+    no character is ever split.
+
+    Args:
+        line: text without newlines.
+        max_bytes: the bound, at least 4 (the longest UTF-8 character).
+
+    Returns:
+        An iterator of non-empty str pieces (nothing for an empty line).
+    """
+    if max_bytes < 4:
+        raise ValueError(f"max_bytes must be >= 4, got {max_bytes}")
+    if len(line) <= max_bytes // 4:  # at most 4 bytes per character: it fits
+        if line:
+            yield line
+        return
+    data = line.encode("utf-8")
+    pos = 0
+    while len(data) - pos > max_bytes:
+        cut = data.rfind(b" ", pos, pos + max_bytes + 1)
+        if cut > pos:
+            yield data[pos:cut].decode("utf-8")
+            pos = cut + 1
+        elif cut == pos:  # a space right at the start: skip it
+            pos += 1
+        else:
+            end = pos + max_bytes
+            while data[end] & 0xC0 == 0x80:  # a continuation byte: inside a character
+                end -= 1
+            yield data[pos:end].decode("utf-8")
+            pos = end
+    if pos < len(data):
+        yield data[pos:].decode("utf-8")
 
 
 def count_words_lines(data: bytes, at_end: bool) -> tuple[int, int]:

@@ -16,6 +16,7 @@ import numpy as np
 import sentencepiece as spm
 
 from pardata.errors import DataError
+from pardata.text import bounded_pieces
 
 TOKENIZERS = ("word", "sentencepiece", "byte")
 EOS = "<eos>"
@@ -26,6 +27,9 @@ SP_ORDER_FILE = "tokenizer-spm-order.txt"
 BYTE_ORDER_FILE = "tokenizer-byte-order.txt"
 # Fixed seed so that building twice gives the same sentencepiece model.
 SP_SEED = 1234
+# The sentencepiece trainer skips sentences longer than this (its
+# max_sentence_length, in bytes): longer lines are trained on in pieces.
+SP_MAX_SENTENCE_BYTES = 1 << 16
 
 
 def rank_by_frequency(base_ids: np.ndarray, base_vocab_size: int) -> np.ndarray:
@@ -307,7 +311,8 @@ class SentencePieceTokenizer(Tokenizer):
             model_type: "unigram" or "bpe".
             lowercase: lowercase first.
             symbols: words that must stay one piece (e.g. WikiText's <unk>).
-            max_sentences: sample at most this many lines (bounds memory).
+            max_sentences: sample at most this many lines (bounds memory);
+                a line longer than SP_MAX_SENTENCE_BYTES counts as its pieces.
             line_ends: an <eos> after every line when encoding.
 
         Returns:
@@ -316,16 +321,20 @@ class SentencePieceTokenizer(Tokenizer):
         if model_type not in ("unigram", "bpe"):
             raise DataError(f"--sp_model_type must be unigram or bpe, got {model_type!r}")
         prepared = (" ".join((line.lower() if lowercase else line).split()) for line in lines)
+        # The trainer would skip longer lines (a book on one line: all of it);
+        # it learns from their pieces, and encoding still reads lines whole.
+        sentences = (piece for line in prepared
+                     for piece in bounded_pieces(line, SP_MAX_SENTENCE_BYTES))
         buf = io.BytesIO()
         spm.set_random_generator_seed(SP_SEED)
         unk = "<sp_unk>" if UNK in symbols else UNK
         try:
             spm.SentencePieceTrainer.train(
-                sentence_iterator=(s for s in prepared if s), model_writer=buf,
+                sentence_iterator=sentences, model_writer=buf,
                 vocab_size=vocab_size, model_type=model_type, character_coverage=1.0,
                 unk_id=0, unk_piece=unk, eos_id=1, eos_piece=EOS, bos_id=-1, pad_id=-1,
                 user_defined_symbols=["\u2581" + s for s in symbols],
-                normalization_rule_name="identity", max_sentence_length=1 << 16,
+                normalization_rule_name="identity", max_sentence_length=SP_MAX_SENTENCE_BYTES,
                 input_sentence_size=max_sentences, shuffle_input_sentence=True,
                 num_threads=os.cpu_count() or 1, minloglevel=2)
         except RuntimeError as e:
