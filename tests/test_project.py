@@ -6,7 +6,7 @@ import pathlib
 import re
 import tomllib
 
-from tests.helpers import PROJECT_ROOT
+from tests.helpers import PROJECT_ROOT, repository_files
 
 # Text files a user reads or runs; generated data, fixtures and datasets are not.
 TEXT_SUFFIXES = {".py", ".sh", ".md", ".toml", ".txt", ".cfg", ".ipynb", ".cff"}
@@ -15,9 +15,9 @@ SKIPPED_DIRS = {".git", "datasets", "data", "runs", "logs", "__pycache__", ".ruf
 
 
 def _text_files():
-    for path in sorted(PROJECT_ROOT.rglob("*")):
+    for path in repository_files():
         parts = set(path.relative_to(PROJECT_ROOT).parts[:-1])
-        if path.is_file() and path.suffix in TEXT_SUFFIXES and not parts & SKIPPED_DIRS:
+        if path.suffix in TEXT_SUFFIXES and not parts & SKIPPED_DIRS:
             yield path
 
 

@@ -39,3 +39,18 @@ def test_one_python_spelling_no_issue_numbers_no_paths_outside():
                 problems.append(f"{name}:{number}: run bench/ and tools/ scripts as modules "
                                 "(python -m bench.x, python -m tools.x)")
     assert not problems, "\n".join(problems)
+
+
+def test_ci_follows_the_readme():
+    """.ci/run installs where the README does (a virtual environment inside the clone) and
+    runs the README's test command, so a tree-walking test that reads the environment
+    fails in CI as it would for a user."""
+    readme = README.read_text(encoding="utf-8").splitlines()
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    install = "python -m venv .venv && . .venv/bin/activate"
+    assert install in readme
+    assert install.replace("python -m venv", "python3 -m venv") in ci
+    assert TEST_COMMAND in ci
+    clone, venv, test = (next(i for i, line in enumerate(ci) if text in line) for text in (
+        "git clone", "-m venv .venv", TEST_COMMAND))
+    assert clone < venv < test  # the environment is made inside the fresh clone

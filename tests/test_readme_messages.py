@@ -9,7 +9,7 @@ fails here until the page follows.
 import ast
 import re
 
-from tests.helpers import PROJECT_ROOT
+from tests.helpers import PROJECT_ROOT, repository_files
 
 ROOT = PROJECT_ROOT
 PLACEHOLDER = re.compile(r"\.\.\.|\b(?:DIR|DATASET|[A-Z]'?)(?![\w'])")
@@ -30,8 +30,8 @@ def _quoted_messages():
 
 def _code_strings():
     strings = []
-    files = [p for p in ROOT.rglob("*.py")
-             if not {"tests", ".git", "bench", "experiments"} & set(p.parts)]
+    files = [p for p in repository_files("*.py", root=ROOT)
+             if not {"tests", "bench", "experiments"} & set(p.relative_to(ROOT).parts)]
     for path in files:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):

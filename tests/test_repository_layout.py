@@ -4,28 +4,15 @@ shared helpers from tests/helpers, never from another test module (pytest import
 files with --import-mode=importlib, pyproject.toml)."""
 
 import pathlib
-import subprocess
+
+from tests.helpers import repository_files
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PATH_EDIT = "sys.path" + ".insert"  # spelled apart, so that this file does not match
 
 
-def python_files():
-    """The repository's .py files (tracked or new, not ignored); every one below the root
-    outside hidden and ignored directories when git is not there."""
-    try:
-        listed = subprocess.run(
-            ["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others",
-             "--exclude-standard", "--", "*.py"], capture_output=True, check=True).stdout
-        return [ROOT / name for name in listed.decode().split("\0")
-                if name and (ROOT / name).exists()]
-    except (OSError, subprocess.CalledProcessError):
-        return [p for p in ROOT.rglob("*.py")
-                if not any(part.startswith(".") for part in p.relative_to(ROOT).parts)]
-
-
 def test_no_file_edits_the_import_path():
-    files = python_files()
+    files = repository_files("*.py", root=ROOT)
     assert len(files) > 50 and ROOT / "bench" / "common.py" in files
     offenders = [f"{path.relative_to(ROOT)}:{number}"
                  for path in files
@@ -52,3 +39,29 @@ def test_no_test_directory_shadows_a_package():
     shadowing = [p for p in (ROOT / "tests").rglob("__init__.py")
                  if p.parent.name in packages]
     assert not shadowing, shadowing
+
+
+def test_tree_walks_skip_virtual_environments(tmp_path):
+    """The README's install puts `.venv` inside the clone: repository_files, which every
+    tree-walking test uses, never lists an environment's files, git or no git; it still
+    lists the project's own files, tracked or new."""
+    import shutil
+    import subprocess
+
+    repo = tmp_path / "repo"
+    planted = PATH_EDIT + "(0, '')\n"  # what the check above forbids
+    files = {".gitignore": ".venv/\n", "pkg/tracked.py": "x = 1\n", "pkg/new.py": "y = 2\n",
+             ".venv/pyvenv.cfg": "home = /usr\n", ".venv/lib/site.py": planted,
+             "env/pyvenv.cfg": "home = /usr\n", "env/lib/other.py": planted}
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text, encoding="utf-8")
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "add", ".gitignore", "pkg/tracked.py"], check=True)
+    wanted = [repo / "pkg" / "new.py", repo / "pkg" / "tracked.py"]
+    assert repository_files("*.py", root=repo) == wanted
+    shutil.rmtree(repo / ".git")  # an unpacked archive
+    assert repository_files("*.py", root=repo) == wanted
+    # And the real tree: the project's own files are there.
+    listed = repository_files("*.py")
+    assert ROOT / "tests" / "helpers" / "__init__.py" in listed and len(listed) > 100
