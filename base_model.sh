@@ -27,6 +27,8 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$ROOT"
+source tools/require_python.sh
+require_python
 
 quick=0
 args=()

@@ -35,6 +35,8 @@ if [[ -n "${DATA_DIR:-}" && ! -d "$DATA_DIR" ]]; then
   exit 1
 fi
 DATA_DIR="${DATA_DIR:-$ROOT/data/raw}"
+source "$ROOT/tools/require_python.sh"
+require_python
 
 args=(--dataset="$DATASET" --data_dir="$DATA_DIR")
 output_given=0

@@ -157,6 +157,19 @@ def resolve_sources(config: BuildConfig, sources=downloads.SOURCES) -> dict:
     return found
 
 
+def check_output_dir(config: BuildConfig) -> None:
+    """Raises DataError unless --output_dir is a directory or can be created as one."""
+    wanted = os.path.abspath(config.output_dir)
+    existing = wanted
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        problem = ("is an existing file, not a directory" if existing == wanted
+                   else f"cannot be created ({existing} is a file)")
+        raise DataError(f"--output_dir={config.output_dir} {problem}; choose a directory for "
+                        f"the build (default: data/{config.dataset})")
+
+
 def _texts(source: SplitSource):
     for offset, data in iter_chunks(source):
         yield decode_utf8(data, offset, source)
@@ -308,6 +321,7 @@ def build_dataset(config: BuildConfig, *, sources=downloads.SOURCES) -> dict:
         The meta.json contents; meta["up_to_date"] is True if an identical
         build was already there and nothing was done.
     """
+    check_output_dir(config)
     existing = _read_existing(config)
     if existing is not None:
         # Decided before the raw files are fetched: a build made from another

@@ -46,7 +46,11 @@ class SplitSource:
         return f"{self.path} bytes [{self.start}, {self.stop})"
 
     def size(self) -> int:
-        """Number of bytes in the split; raises DataError if missing or empty."""
+        """Number of bytes in the split; raises DataError if missing, a directory or empty."""
+        if os.path.isdir(self.path):
+            fix = (f"pass the text file itself to {self.flag}" if self.flag.endswith("_file")
+                   else f"check {self.flag}")
+            raise DataError(f"input file {self.path} is a directory, not a text file; {fix}")
         if not os.path.isfile(self.path):
             raise DataError(f"input file {self.path} does not exist; check {self.flag}")
         file_size = os.path.getsize(self.path)

@@ -12,7 +12,7 @@ import pytest
 
 import data_utils
 from data_utils import BuildConfig, DataError
-from pardata import records
+from pardata import build, records
 from pardata.text import Heartbeat
 
 TEXT = "".join(f"line {i} has some words {'x' * (i % 3)} and more words\n" for i in range(60))
@@ -59,6 +59,25 @@ def test_missing_and_empty_input(tmp_path):
     with pytest.raises(DataError, match="empty.txt is empty; check --test_file"):
         data_utils.build_dataset(_config(tmp_path, test_file=str(tmp_path / "empty.txt")))
     assert _listing(tmp_path / "out") == []
+
+
+def test_output_dir_and_input_must_be_what_they_say(tmp_path, monkeypatch):
+    """A file as --output_dir, a directory as --train_file: one error before any work."""
+    notes = tmp_path / "notes.md"
+    notes.write_text("mine")
+    monkeypatch.setattr(build, "train_tokenizer", None)  # any work would fail
+    for output_dir, problem in ((notes, "is an existing file, not a directory"),
+                                (notes / "out", f"cannot be created \\({notes} is a file\\)")):
+        with pytest.raises(DataError, match=f"^--output_dir={output_dir} {problem}; choose a "
+                                            r"directory for the build \(default: data/text\)$"):
+            data_utils.build_dataset(_config(tmp_path, out=str(output_dir)))
+    assert notes.read_text() == "mine"
+    (tmp_path / "texts").mkdir()
+    with pytest.raises(DataError, match=f"^input file {tmp_path / 'texts'} is a directory, not "
+                                        "a text file; pass the text file itself to "
+                                        "--train_file$"):
+        data_utils.build_dataset(_config(tmp_path, train_file=str(tmp_path / "texts")))
+    assert _listing(tmp_path) == ["notes.md", "test.txt", "texts", "train.txt", "valid.txt"]
 
 
 def test_non_utf8_input(tmp_path):
@@ -162,14 +181,23 @@ def _run(args, cwd, env=None):
 
 
 def test_cli_errors_are_one_line(tmp_path, project_root):
+    (tmp_path / "notes.md").write_text("mine")
     for flags, message in (
             (["--seq_len=0"], "error: --seq_len must be >= 1"),
             (["--dataset=text", f"--train_file={tmp_path}/none.txt", "--valid_file=a",
-              "--test_file=b"], f"error: input file {tmp_path}/none.txt does not exist")):
-        result = _run([sys.executable, "build_data.py", *flags], project_root)
-        assert result.returncode == 1
-        assert result.stderr.strip().splitlines() == [result.stderr.strip()]
-        assert result.stderr.startswith(message) and "Traceback" not in result.stderr
+              "--test_file=b"], f"error: input file {tmp_path}/none.txt does not exist"),
+            (["--dataset=text", f"--train_file={tmp_path}", "--valid_file=a", "--test_file=b"],
+             f"error: input file {tmp_path} is a directory, not a text file; pass the text "
+             "file itself to --train_file"),
+            ([f"--output_dir={tmp_path}/notes.md"],
+             f"error: --output_dir={tmp_path}/notes.md is an existing file, not a directory; "
+             "choose a directory for the build (default: data/wikitext2)")):
+        for command in ([sys.executable, "build_data.py"], ["./create_tfrecords.sh"]):
+            result = _run([*command, *flags], project_root)
+            assert result.returncode == 1
+            assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+            assert result.stderr.startswith(message) and "Traceback" not in result.stderr
+    assert sorted(os.listdir(tmp_path)) == ["notes.md"]
 
 
 @pytest.mark.slow
