@@ -5,6 +5,7 @@ Examples:
   python build_data.py --dataset=enwik8            # downloads into data/raw
   python build_data.py --dataset=text --train_file=a.txt --valid_file=b.txt \
       --test_file=c.txt --tokenizer=sentencepiece --vocab_size=8000
+  python build_data.py --dataset=text --train_file=all.txt   # valid, test: its last 5% each
 
 Flags left unset take the dataset's default (pardata/build.py DATASET_DEFAULTS).
 Errors a user can fix end in one `error: ...` line and exit status 1.
@@ -19,6 +20,7 @@ from absl import app, flags
 from pardata import build  # no TensorFlow import until writing
 from pardata.errors import DataError
 import pardata.quiet  # noqa: F401  (TensorFlow start-up noise; before TF is imported)
+from pardata.split import DEFAULT_FRACTION
 
 FLAGS = flags.FLAGS
 _PER_DATASET = "default: per dataset"
@@ -28,6 +30,9 @@ flags.DEFINE_string("output_dir", None, "Output directory (default: data/<datase
 flags.DEFINE_string("train_file", None, "Training text for --dataset=text.")
 flags.DEFINE_string("valid_file", None, "Validation text for --dataset=text.")
 flags.DEFINE_string("test_file", None, "Test text for --dataset=text.")
+flags.DEFINE_float("split_fraction", None, "--dataset=text with only --train_file: the share of "
+                   "its lines split off its end for valid, and again for test (default "
+                   f"{DEFAULT_FRACTION}).")
 flags.DEFINE_enum("tokenizer", None, ["word", "sentencepiece", "byte"], f"Tokenizer "
                                                                         f"({_PER_DATASET}).")
 flags.DEFINE_integer("vocab_size", None,
@@ -51,6 +56,7 @@ flags.DEFINE_boolean("overwrite", False, "Replace a different build in --output_
 flags.DEFINE_boolean("download", True, "Download missing raw files of named datasets.")
 
 _CONFIG_FLAGS = ("data_dir", "output_dir", "train_file", "valid_file", "test_file",
+                 "split_fraction",
                  "tokenizer", "vocab_size", "min_count", "sp_model", "sp_model_type",
                  "sp_symbols", "lowercase", "byte_eos", "sp_eos", "batch_size", "eval_batch_size",
                  "seq_len", "shards", "overwrite", "download")
@@ -75,6 +81,10 @@ def summary(meta: dict, output_dir: str, seconds: float) -> str:
     for split, s in meta["splits"].items():
         lines.append(f"  {split:<6}{s['batch_size']:>6}{s['ids']:>12}{s['records']:>9}"
                      f"{s['dropped_ids']:>9}{s['words']:>12}{s['bytes']:>13}")
+    if "split" in meta:
+        ranges = ", ".join(f"{split} {a}-{b}" for split, (a, b) in meta["split"]["lines"].items())
+        lines.append(f"  lines of {meta['split']['file']}: {ranges} (--split_fraction="
+                     f"{meta['split']['fraction']})")
     return "\n".join(lines)
 
 

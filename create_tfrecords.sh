@@ -6,7 +6,8 @@
 #   ./create_tfrecords.sh [dataset] [build_data.py flags...]
 #
 #   dataset   wikitext2 (default) | wikitext2_raw | wikitext103 | wikitext103_raw
-#             | enwik8 | text8 | text (with --train_file/--valid_file/--test_file)
+#             | enwik8 | text8 | text (--train_file=F: valid and test are split off
+#             its end, --split_fraction; or --train_file, --valid_file and --test_file)
 #   DATA_DIR  raw files (default: data/raw next to this script; WikiText-2 is
 #             unpacked there from datasets/wikitext-2, no network needed); a
 #             DATA_DIR you set must be an existing directory: missing raw files

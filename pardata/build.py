@@ -15,6 +15,7 @@ import numpy as np
 
 from pardata import downloads, tokenizers
 from pardata import meta as meta_lib
+from pardata import split as split_lib
 from pardata.errors import DataError
 from pardata.text import (
     Heartbeat,
@@ -59,6 +60,7 @@ class BuildConfig:
     train_file: str = ""
     valid_file: str = ""
     test_file: str = ""
+    split_fraction: float = split_lib.DEFAULT_FRACTION
     tokenizer: str = "word"
     vocab_size: int = 0
     min_count: int = 1
@@ -100,8 +102,18 @@ class BuildConfig:
              "--nosp_eos needs --tokenizer=sentencepiece"),
             (self.tokenizer == "sentencepiece" or not self.sp_model,
              "--sp_model needs --tokenizer=sentencepiece"),
-            (self.dataset != "text" or all(self.files()),
-             "--dataset=text needs --train_file, --valid_file and --test_file"),
+            (self.dataset != "text" or bool(self.train_file),
+             "--dataset=text needs --train_file (and --valid_file, --test_file, or they are "
+             "split off its end)"),
+            (bool(self.valid_file) == bool(self.test_file),
+             "--valid_file and --test_file go together: give both, or neither to split them "
+             "off the end of --train_file (--split_fraction)"),
+            (0 < self.split_fraction < 0.5, "--split_fraction must be in (0, 0.5): the share "
+             "of --train_file's lines in valid, and again in test"),
+            (not (self.valid_file and self.test_file)
+             or self.split_fraction == split_lib.DEFAULT_FRACTION,
+             "--split_fraction applies to a --train_file without --valid_file/--test_file; "
+             "drop it"),
             (self.dataset == "text" or not any(self.files()),
              "--train_file/--valid_file/--test_file need --dataset=text"),
         ]
@@ -130,8 +142,9 @@ class BuildConfig:
     def settings(self) -> dict:
         """The fingerprint's part that needs no raw file (paths excluded)."""
         fields = dataclasses.asdict(self)
+        # The split's byte ranges are in the fingerprint's sources.
         for key in ("output_dir", "data_dir", "overwrite", "download", "train_file",
-                    "valid_file", "test_file"):
+                    "valid_file", "test_file", "split_fraction"):
             fields.pop(key)
         fields["sp_symbols"] = list(self.sp_symbols)
         if self.sp_eos:
@@ -145,16 +158,29 @@ class BuildConfig:
             for s, src in sources.items()})
 
 
+def split_off(config: BuildConfig) -> bool:
+    """Whether valid and test are split off the end of --train_file."""
+    return config.dataset == "text" and not config.valid_file
+
+
 def resolve_sources(config: BuildConfig, sources=downloads.SOURCES) -> dict:
     """split -> SplitSource, downloading named datasets when absent."""
-    if config.dataset == "text":
+    return _resolve(config, sources)[0]
+
+
+def _resolve(config: BuildConfig, sources) -> tuple[dict, dict | None]:
+    """(split -> SplitSource, meta.json's "split" when one file was split, else None)."""
+    split_info = None
+    if split_off(config):
+        found, split_info = split_lib.split_file(config.train_file, config.split_fraction)
+    elif config.dataset == "text":
         found = {s: SplitSource(f, flag=f"--{s}_file") for s, f in zip(SPLITS, config.files())}
     else:
         found = downloads.ensure_raw_files(config.dataset, config.data_dir,
                                            download_missing=config.download, sources=sources)
     for source in found.values():
         source.size()  # missing or empty -> DataError now, before any work
-    return found
+    return found, split_info
 
 
 def check_output_dir(config: BuildConfig) -> None:
@@ -332,7 +358,7 @@ def build_dataset(config: BuildConfig, *, sources=downloads.SOURCES) -> dict:
         if config.dataset in sources and _same_sources_named(existing, sources[config.dataset]) \
                 and not downloads.raw_files_present(config.dataset, config.data_dir, sources):
             return _up_to_date(config)
-    found = resolve_sources(config, sources)
+    found, split_info = _resolve(config, sources)
     fingerprint = config.fingerprint(found)
     if existing is not None:
         if existing.get("build") != fingerprint:
@@ -367,7 +393,7 @@ def build_dataset(config: BuildConfig, *, sources=downloads.SOURCES) -> dict:
     _clear_output(config.output_dir)
     created = []
     try:
-        return _write(config, tok, ids, stats, batched, fingerprint, created)
+        return _write(config, tok, ids, stats, batched, fingerprint, split_info, created)
     except BaseException:
         for path in reversed(created):
             if os.path.exists(path):
@@ -375,10 +401,11 @@ def build_dataset(config: BuildConfig, *, sources=downloads.SOURCES) -> dict:
         raise
 
 
-def _write(config, tok, ids, stats, batched, fingerprint, created) -> dict:
+def _write(config, tok, ids, stats, batched, fingerprint, split_info, created) -> dict:
     """Writes tokenizer, counts, shards, tails and (last) meta.json; returns meta.
 
-    `ids` maps each split to its whole id stream.
+    `ids` maps each split to its whole id stream; `split_info` (or None) says
+    how one file was split.
     """
     from pardata import records
     tok_info = _save_tokenizer(tok, config, created)
@@ -404,6 +431,8 @@ def _write(config, tok, ids, stats, batched, fingerprint, created) -> dict:
         "seq_len": config.seq_len, "splits": splits, "unigram_counts_file": COUNTS_FILE,
         "build": fingerprint,
     }
+    if split_info:
+        meta["split"] = split_info
     records.write_json(os.path.join(config.output_dir, META_FILE), meta, created)
     return meta
 

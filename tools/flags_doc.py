@@ -59,7 +59,7 @@ _PREFIX = re.compile(r"^\[([^\]]+)\]\s*")
 # Script -> ((group, flag names), ...) in display order, or HELP_PREFIX.
 GROUPS = {
     "build_data.py": (
-        ("input", ("dataset", "data_dir", "train_file", "valid_file", "test_file",
+        ("input", ("dataset", "data_dir", "train_file", "valid_file", "test_file", "split_fraction",
                    "download")),
         ("tokenizer", ("tokenizer", "vocab_size", "min_count", "sp_model", "sp_model_type",
                        "sp_symbols", "lowercase", "byte_eos", "sp_eos")),
