@@ -36,6 +36,9 @@ def _code_strings():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 strings.append(node.value)
+    # The entry scripts' own messages (echo lines of the shell scripts and their helpers).
+    strings += [p.read_text(encoding="utf-8") for p in repository_files("*.sh", root=ROOT)
+                if "tests" not in p.relative_to(ROOT).parts]
     return strings
 
 
