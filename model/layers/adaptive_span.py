@@ -43,6 +43,7 @@ from model import xla
 from model.layers.relative_attention import (
     MASK_VALUE,
     RelativeMultiHeadAttention,
+    merge_heads,
     project_heads,
 )
 
@@ -311,7 +312,7 @@ class AdaptiveSpanAttention(RelativeMultiHeadAttention):
         content = _unskew(tf.matmul(q, k, transpose_b=True), window)  # [B, N, T, W]
         rows = tf.reverse(tf.slice(tf.cast(table, self.compute_dtype), [0, 0], [window, -1]),
                           axis=[0])  # [W, H]
-        position = tf.einsum("bnth,wh->bntw", q, rows)  # [B, N, T, W], column l: distance W - l
+        position = tf.matmul(q, rows, transpose_b=True)  # [B, N, T, W], column l: distance W - l
         logits = tf.cast(content + position, tf.float32)  # [B, N, T, W]
         distance = window - tf.range(window)  # [W]
         # A slot is a real key when its distance reaches no further back than
@@ -329,7 +330,7 @@ class AdaptiveSpanAttention(RelativeMultiHeadAttention):
         weights = self.attn_dropout_layer(weights, training=training)
         weights = tf.cast(weights, self.compute_dtype)
         context = tf.matmul(_skew(weights), v)  # [B, N, T, H]
-        return tf.einsum("bnth,nhd->btd", context, self.output_kernel)  # [B, T, D]
+        return merge_heads(context, self.output_kernel)  # [B, T, D]
 
     def call(self, x, mem=None, training=False, rel_bias=None, key_positions=None):
         """See `RelativeMultiHeadAttention.call`; adds the span loss when training.

@@ -124,6 +124,17 @@ def project_heads(x, kernel):
     return tf.transpose(heads, [0, 2, 1, 3])  # [B, N, L, H]
 
 
+def merge_heads(context, kernel):
+    """[B, N, T, H] x [N, H, D] -> [B, T, D]: the output projection as a transpose and one
+    2-D matmul (the inverse layout of `project_heads`)."""
+    shape = tf.shape(context)
+    num_heads, head_size, width = kernel.shape
+    heads = tf.transpose(context, [0, 2, 1, 3])  # [B, T, N, H]
+    flat = tf.matmul(tf.reshape(heads, [-1, num_heads * head_size]),
+                     tf.reshape(kernel, [num_heads * head_size, width]))
+    return tf.reshape(flat, [shape[0], shape[2], width])
+
+
 def causal_mask(qlen, klen, max_distance=None):
     """Boolean [T, K]: query i (absolute position K - T + i) sees keys j <= K - T + i.
 
@@ -356,7 +367,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         weights = self.attn_dropout_layer(weights, training=training)
         weights = tf.cast(weights, self.compute_dtype)
         context = tf.matmul(weights, v)  # [B, N, T, H]
-        return tf.einsum("bnth,nhd->btd", context, self.output_kernel)  # [B, T, D]
+        return merge_heads(context, self.output_kernel)  # [B, T, D]
 
     @property
     def dropout_layers(self):
