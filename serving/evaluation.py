@@ -22,11 +22,11 @@ evaluation does. With the data's eval batch, its seq_len and the run's
 eval_mem_len, the batched part is exactly the build's records, so its NLL
 is the number `Trainer.evaluate` writes to metrics.json; the tail adds the
 rest. The NLL is summed per segment on the device (float32) and over the
-split on the host in float64 (`training.metrics.NllAccumulator`).
+split on the host in float64 (`runstore.metrics.NllAccumulator`).
 
 Perplexity `exp(total NLL / tokens)`, word perplexity `exp(total NLL /
 words)` and bits per byte `total NLL / ln 2 / bytes` come from
-`training.metrics.lm_metrics`. Words (whitespace words plus one per line; without
+`runstore.metrics.lm_metrics`. Words (whitespace words plus one per line; without
 the line ends for a `--nosp_eos` build) and UTF-8 bytes (without the newlines for
 such a build) are meta.json's for a split and are counted by the build's own
 code (`pardata.build.encode_split`) for a text file; they are exact because
@@ -54,8 +54,8 @@ from pardata.build import SPLITS, encode_split
 from pardata.errors import NotUtf8Error
 from pardata.meta import split_info
 from pardata.text import Progress, SplitSource
-from training import run_dir
-from training.metrics import NllAccumulator, lm_metrics
+from runstore import run_dir
+from runstore.metrics import NllAccumulator, lm_metrics
 
 # Where create_tfrecords.sh puts raw files by default (DATA_DIR).
 RAW_DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -460,7 +460,7 @@ def check_output(path):
 
 
 def write_result(path, result):
-    """Writes the result as JSON atomically (training.run_dir: temporary name, fsync, rename).
+    """Writes the result as JSON atomically (runstore.run_dir: temporary name, fsync, rename).
 
     Raises:
         EvaluationError: the file cannot be written.

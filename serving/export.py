@@ -60,8 +60,8 @@ import tempfile
 
 import tensorflow as tf
 
+from runstore import run_dir
 from serving.generation import META_FILE, GenerationError, sample_tokens
-from training import run_dir
 
 SIGNATURE = "serve"
 GENERATE_SIGNATURE = "generate"

@@ -41,9 +41,9 @@ import tensorflow as tf
 import data_utils
 from model.families import build_model
 from model.interface import check_model
+from runstore.run_dir import CONFIG_FILE, DATA_DIR
 from training import checkpoint as checkpoint_lib
 from training.config import TrainConfig
-from training.run_dir import CONFIG_FILE, DATA_DIR
 
 META_FILE = "meta.json"  # of a built data directory (docs/interfaces.md)
 # Smallest uniform draw: keeps -log(-log u) finite.

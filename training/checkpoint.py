@@ -55,10 +55,10 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-from training import run_dir
+from runstore import run_dir
 from training import strategy as strategy_lib
 
-# Kept for callers of the names before training/run_dir.py held them.
+# Kept for callers of the names before runstore/run_dir.py held them.
 BEST_DIR = run_dir.BEST_DIR
 CHECKPOINT_NAME = run_dir.CHECKPOINT_NAME
 

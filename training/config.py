@@ -29,12 +29,14 @@ from typing import Any
 
 from model import families
 from model.config_base import ConfigBase, cutoffs_problem, field
-from training import plugins, run_dir
+from runstore import run_dir
+from runstore.errors import ConfigError
+from runstore.run_dir import CONFIG_FILE
+from training import plugins
 from training.optimizers import OPTIMIZERS as _OPTIMIZER_TABLE
 from training.optimizers import OPTION_FIELDS as _OPTIMIZER_OPTIONS
 from training.plugins.par_search import config as search_config
 from training.plugins.par_search.config import SearchConfig
-from training.run_dir import CONFIG_FILE
 
 NONFINITE_POLICIES = ("stop", "skip")
 # At least two checkpoints are kept: a damaged newest one leaves one to resume from.
@@ -58,10 +60,6 @@ RESUMABLE_FIELDS = frozenset({
     "sample_tokens", "checkpoint_interval", "keep_checkpoints", "log_interval",
     "logdir", "batch_split", "checkpoint_every_minutes", "on_nonfinite", "max_nonfinite_steps",
 } | {f"{search_config.SECTION}.{name}" for name in search_config.RESUMABLE})
-
-
-class ConfigError(ValueError):
-    """A user-fixable problem with the flags, the data or the model directory."""
 
 
 def _field(default, group, help, choices=None, **metadata):  # noqa: A002
@@ -324,7 +322,7 @@ class TrainConfig(ConfigBase):
         """Writes config.json (atomically) into model_dir (default: self.model_dir).
 
         Raises:
-            training.run_dir.WriteError: the file could not be written (the old
+            runstore.run_dir.WriteError: the file could not be written (the old
                 one is intact).
         """
         path = os.path.join(model_dir or self.model_dir, CONFIG_FILE)

@@ -39,8 +39,9 @@ import keras
 import tensorflow as tf
 
 import data_utils
+from runstore import metrics, run_dir, run_lock
 from training import checkpoint as checkpoint_lib
-from training import interrupt, metrics, run_dir, run_lock, summaries
+from training import interrupt, summaries
 from training import strategy as strategy_lib
 from training.checkpoint import NonFiniteError
 from training.config import ConfigError, check_data, check_model_dir, check_replicas, check_resume

@@ -64,8 +64,9 @@ import tensorflow as tf
 import data_utils
 from model.families import build_model
 from model.interface import WEIGHTS_GROUP, check_model
+from runstore import metrics
 from training import checkpoint as checkpoint_lib
-from training import metrics, optimizers, plugins, schedules
+from training import optimizers, plugins, schedules
 from training import strategy as strategy_lib
 from training.config import capped_warmup, check_batch_split, total_steps
 

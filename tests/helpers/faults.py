@@ -11,7 +11,7 @@ installed around the run:
      "faults": [fault, ...]}       # armed during the run
 
 Faults (patches of the trainer, of TensorFlow's CheckpointManager.save, of
-training.run_dir and serving.export, made by this module only):
+runstore.run_dir and serving.export, made by this module only):
 
     {"at": "step", "step": N, "signal": "SIGINT"}      the signal arrives while step N runs
                                                        ("pause": seconds added to each
@@ -318,7 +318,7 @@ def _at_save(fault, mock):
     import tensorflow as tf
     from tensorflow.python.checkpoint import functional_saver
 
-    from training import run_dir
+    from runstore import run_dir
 
     manager_class = tf.train.CheckpointManager
     original = manager_class.save
@@ -364,7 +364,7 @@ def _at_save(fault, mock):
 
 @contextlib.contextmanager
 def _at_write(fault, mock):
-    from training import run_dir
+    from runstore import run_dir
 
     original = run_dir.atomic_write
 

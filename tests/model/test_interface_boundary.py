@@ -15,7 +15,7 @@ from tests.helpers import PROJECT_ROOT
 ROOT = PROJECT_ROOT
 GENERIC = [
     "training/trainer.py", "training/loop.py", "training/checkpoint.py",
-    "training/strategy.py", "training/metrics.py", *sorted(
+    "training/strategy.py", "runstore/metrics.py", *sorted(
         str(p.relative_to(ROOT)) for p in (ROOT / "training" / "optimizers").glob("*.py")),
     "training/plugins/__init__.py", *sorted(
         str(p.relative_to(ROOT)) for p in (ROOT / "serving").glob("*.py")),
