@@ -157,7 +157,7 @@ class ServingModule(tf.Module):
         self._mem_len = int(mem_len)
         self._chunk_len = int(chunk_len)
         # Tracked explicitly: Keras 3 layers kept in Python lists are not
-        # reached by TensorFlow's object graph (as in training.checkpoint).
+        # reached by TensorFlow's object graph (as in runstore.checkpoints).
         self.model_variables = [getattr(v, "value", v) for v in model.variables]
         self.mem_len = tf.Variable(self._mem_len, trainable=False, dtype=tf.int32, name="mem_len")
         self.tokenizer = GraphTokenizer(tokenizer, asset_dir)

@@ -41,8 +41,8 @@ import tensorflow as tf
 import data_utils
 from model.families import build_model
 from model.interface import check_model
+from runstore import checkpoints
 from runstore.run_dir import CONFIG_FILE, DATA_DIR
-from training import checkpoint as checkpoint_lib
 from training.config import TrainConfig
 
 META_FILE = "meta.json"  # of a built data directory (docs/interfaces.md)
@@ -454,13 +454,13 @@ def resolve_checkpoint(model_dir, checkpoint="best"):
     warning naming its file), or a path: a `ckpt-<step>` prefix (absolute or
     in model_dir) or a directory holding a `checkpoint` file. Every
     checkpoint is read back whole before it is used
-    (`training.checkpoint.resolve_checkpoint`).
+    (`runstore.checkpoints.resolve_checkpoint`).
     """
     try:
-        path, warnings = checkpoint_lib.resolve_checkpoint(model_dir, checkpoint)
-    except checkpoint_lib.NoCheckpoint:
+        path, warnings = checkpoints.resolve_checkpoint(model_dir, checkpoint)
+    except checkpoints.NoCheckpoint:
         raise _no_model(model_dir, "no checkpoint") from None
-    except checkpoint_lib.CheckpointError as error:
+    except checkpoints.CheckpointError as error:
         raise GenerationError(str(error)) from None
     for warning in warnings:
         logging.warning("%s", warning)
@@ -542,9 +542,9 @@ def load_run(model_dir, checkpoint="best", model_overrides=None):
             f"{model_dir} has vocab_size={config.model.vocab_size}: use the data it was trained on")
     model = check_model(build_model(config.model, dtype="float32"))
     try:
-        checkpoint_lib.restore_model_variables(
+        checkpoints.restore_model_variables(
             model, path, what=f"the model of {os.path.join(model_dir, CONFIG_FILE)}")
-    except checkpoint_lib.CheckpointError as error:
+    except checkpoints.CheckpointError as error:
         raise GenerationError(str(error)) from None
     return Run(model, tokenizer, config, path, data_dir, model_dir, meta=meta)
 

@@ -4,8 +4,8 @@ Modules (import what you need; this package imports nothing by itself so that
 `training.config` stays usable without loading TensorFlow):
     config       TrainConfig and the checks against data, replicas, model_dir.
     strategy     tf.distribute strategies and row-exact feeding of replicas.
-    checkpoint   exact-resume checkpoints (model, optimizers, memories, RNG),
-                 verified before use; resolve/restore for serving too.
+    checkpoint   the Checkpointer: exact-resume checkpoints (model, optimizers,
+                 memories, RNG); finding and restoring them is runstore.checkpoints.
     interrupt    Ctrl-C / SIGTERM / preemption: a checkpoint at the step, then exit.
     trainer      Trainer: the step, evaluation, sampling, checkpoints, memories.
     loop         train(config): the host loop, training log, callbacks.

@@ -64,7 +64,7 @@ import tensorflow as tf
 import data_utils
 from model.families import build_model
 from model.interface import WEIGHTS_GROUP, check_model
-from runstore import metrics
+from runstore import checkpoints, metrics
 from training import checkpoint as checkpoint_lib
 from training import optimizers, plugins, schedules
 from training import strategy as strategy_lib
@@ -268,7 +268,7 @@ class Trainer:
         Returns:
             (prefix or None, list of (prefix, problem) of damaged newer ones).
         """
-        return checkpoint_lib.find_good(self.config.model_dir)
+        return checkpoints.find_good(self.config.model_dir)
 
     def restore(self, path=None):
         """Restores a checkpoint (model state included); returns its step or None.
