@@ -42,8 +42,8 @@ import data_utils
 from model.families import build_model
 from model.interface import check_model
 from runstore import checkpoints
+from runstore.config import RunConfig
 from runstore.run_dir import CONFIG_FILE, DATA_DIR
-from training.config import TrainConfig
 
 META_FILE = "meta.json"  # of a built data directory (docs/interfaces.md)
 # Smallest uniform draw: keeps -log(-log u) finite.
@@ -402,7 +402,7 @@ def continuation_text(tokenizer, prompt, new_ids):
 @dataclasses.dataclass
 class Run:
     """A trained model ready for inference: the float32 model (any family) with the
-    checkpoint's weights, the data's tokenizer, the run's `TrainConfig`, the
+    checkpoint's weights, the data's tokenizer, the run's config (`RunConfig`), the
     checkpoint prefix restored, the directory the tokenizer came from and the
     run directory it was loaded from (config.model_dir is where it was trained),
     the build's meta.json, and for a `.keras` package (`serving.packaged`) the
@@ -411,7 +411,7 @@ class Run:
 
     model: object
     tokenizer: object
-    config: TrainConfig
+    config: RunConfig
     checkpoint_path: str
     data_dir: str
     model_dir: str = ""
@@ -479,7 +479,7 @@ def _tokenizer_dir(model_dir, config):
 
 
 def _override_model(config, overrides, model_dir):
-    """The run's TrainConfig with some model fields changed (checked, named as flags)."""
+    """The run's RunConfig with some model fields changed (checked, named as flags)."""
     from model.families import FAMILIES
 
     fields = {f.name for f in dataclasses.fields(config.model)}
@@ -524,7 +524,7 @@ def load_run(model_dir, checkpoint="best", model_overrides=None):
     if not os.path.isfile(os.path.join(model_dir, CONFIG_FILE)):
         raise _no_model(model_dir, f"no {CONFIG_FILE}")
     try:
-        config = TrainConfig.load(model_dir)
+        config = RunConfig.load(model_dir)
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise GenerationError(f"cannot read {os.path.join(model_dir, CONFIG_FILE)} ({error}): "
                               "restore the file written by train.py") from None

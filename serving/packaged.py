@@ -39,8 +39,8 @@ from model.families import FAMILIES, build_model, family_of, register_keras_obje
 from model.interface import check_model
 from pardata import tokenizers
 from pardata.errors import DataError
+from runstore.config import RunConfig
 from serving.generation import GenerationError, Run, _override_model
-from training.config import TrainConfig
 
 # The families' layers must be registered before a package is deserialized.
 register_keras_objects()
@@ -175,7 +175,7 @@ class PackageError(GenerationError):
 
 
 def _sanitized_run_config(config):
-    """The TrainConfig as a dict without the machine's paths (base names only)."""
+    """The run's config as a dict without the machine's paths (base names only)."""
     values = config.to_dict()
     for name in ("model_dir", "data_dir"):
         values[name] = os.path.basename(os.path.normpath(values[name])) or values[name]
@@ -281,16 +281,15 @@ def _model_config(lm):
 
 
 def _run_config(package, model_config):
-    """TrainConfig of a package: its stored run config with the loaded model's config.
+    """RunConfig of a package: its stored run config with the loaded model's config.
 
-    Fields a later TrainConfig no longer has are dropped; new ones take their
-    defaults, so a package keeps loading as the code evolves.
+    Only the fields a RunConfig reads are needed (`runstore.config.FIELDS`), so a
+    package keeps loading as the trainer's config evolves.
     """
-    known = {f.name for f in dataclasses.fields(TrainConfig)}
-    values = {k: v for k, v in package.run_config.items() if k in known}
+    values = dict(package.run_config)
     values["model"] = model_config
     values["model_family"] = family_of(model_config).name
-    return TrainConfig(**values)
+    return RunConfig.from_dict(values)
 
 
 def load_package(path, model_overrides=None):
