@@ -60,8 +60,10 @@ import tempfile
 
 import tensorflow as tf
 
+from pardata.meta import META_FILE
 from runstore import run_dir
-from serving.generation import META_FILE, GenerationError, sample_tokens
+from samplers.sampler import sample_tokens
+from serving.errors import GenerationError
 
 SIGNATURE = "serve"
 GENERATE_SIGNATURE = "generate"

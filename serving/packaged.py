@@ -40,7 +40,8 @@ from model.interface import check_model
 from pardata import tokenizers
 from pardata.errors import DataError
 from runstore.config import RunConfig
-from serving.generation import GenerationError, Run, _override_model
+from serving.errors import GenerationError
+from serving.runs import Run, override_model
 
 # The families' layers must be registered before a package is deserialized.
 register_keras_objects()
@@ -322,7 +323,7 @@ def load_package(path, model_overrides=None):
     lm = check_model(package.lm)
     config = _run_config(package, _model_config(lm))
     if model_overrides:
-        config = _override_model(config, dict(model_overrides), path)
+        config = override_model(config, dict(model_overrides), path)
         lm = check_model(build_model(config.model, dtype="float32"))
         for target, value in zip(lm.variables, package.lm.variables):
             target.assign(value)
