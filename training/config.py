@@ -32,11 +32,11 @@ from model.config_base import ConfigBase, cutoffs_problem, field
 from runstore import run_dir
 from runstore.errors import ConfigError
 from runstore.run_dir import CONFIG_FILE
-from training import plugins
 from training.optimizers import OPTIMIZERS as _OPTIMIZER_TABLE
 from training.optimizers import OPTION_FIELDS as _OPTIMIZER_OPTIONS
 from training.plugins.par_search import config as search_config
 from training.plugins.par_search.config import SearchConfig
+from training.plugins.sections import config_sections
 
 NONFINITE_POLICIES = ("stop", "skip")
 # At least two checkpoints are kept: a damaged newest one leaves one to resume from.
@@ -223,7 +223,7 @@ class TrainConfig(ConfigBase):
         if not isinstance(self.model, family.config_class):
             raise ConfigError(f"model must be a {family.config_class.__name__} for "
                               f"--model_family={family.name}, got {type(self.model).__name__}")
-        for name, section in plugins.config_sections().items():
+        for name, section in config_sections().items():
             value = getattr(self, name)
             if isinstance(value, dict):
                 try:
@@ -297,7 +297,7 @@ class TrainConfig(ConfigBase):
     @classmethod
     def section_fields(cls):
         """name -> section class of the plug-ins' config sections (fields of TrainConfig)."""
-        return plugins.config_sections()
+        return config_sections()
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "TrainConfig":
@@ -451,7 +451,7 @@ def incompatible_fields(old, new):
     del old_d["model_dir"], new_d["model_dir"]
     old_d["data_dir"] = os.path.realpath(old_d["data_dir"])
     new_d["data_dir"] = os.path.realpath(new_d["data_dir"])
-    nested = ("model", *plugins.config_sections())
+    nested = ("model", *config_sections())
     diff = [k for k in new_d if k not in nested and k not in RESUMABLE_FIELDS
             and old_d.get(k) != new_d[k]]
     for name in nested:

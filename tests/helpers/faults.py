@@ -423,7 +423,7 @@ _ARM = {"step": _at_step, "evaluation": _at_evaluation, "save": _at_save, "write
 
 
 def _plugin_base():
-    from training.plugins import Plugin
+    from training.plugins.base import Plugin
 
     return Plugin
 

@@ -58,7 +58,7 @@ from model.transformer_xl import blocks, flops
 from runstore import run_dir
 from training import schedules
 from training.config import capped_warmup
-from training.plugins import OptimizerGroup, Plugin
+from training.plugins.base import OptimizerGroup, Plugin
 from training.plugins.par_search import derive, plots
 
 # The architecture warm-up is at most this fraction of the planned steps.
