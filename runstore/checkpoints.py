@@ -22,7 +22,6 @@ are ignored by the model-only restore.
 """
 
 import os
-import shutil
 
 import tensorflow as tf
 
@@ -364,23 +363,12 @@ def remove_partial(directory, step):
         The names removed.
     """
     base = f"{run_dir.CHECKPOINT_NAME}-{int(step)}"
-    listed = {os.path.basename(p) for p in _listed(directory)}
-    removed = []
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return removed
-    for name in names:
-        if base in listed and not name.startswith(base + "_temp"):
-            continue  # a listed (complete) checkpoint of that step: keep it
-        if name.startswith(base + ".") or name.startswith(base + "_temp"):
-            path = os.path.join(directory, name)
-            if os.path.isdir(path):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                try:
-                    os.remove(path)
-                except OSError:
-                    continue
-            removed.append(name)
-    return removed
+    listed = base in {os.path.basename(p) for p in _listed(directory)}
+
+    def wanted(name):
+        if name.startswith(base + "_temp"):
+            return True
+        # A listed (complete) checkpoint of that step is kept.
+        return name.startswith(base + ".") and not listed
+
+    return run_dir.remove_entries(directory, wanted)

@@ -515,7 +515,7 @@ def check_resume(config, overwrite=False):
     diff = incompatible_fields(old, config)
     if diff:
         shown = ", ".join(
-            f"{k}: {_field(old, k)!r} -> {_field(config, k)!r}" for k in diff[:6])
+            f"{k}: {_value_at(old, k)!r} -> {_value_at(config, k)!r}" for k in diff[:6])
         raise ConfigError(
             f"--model_dir={config.model_dir} holds a run with a different config ({shown}"
             f"{', ...' if len(diff) > 6 else ''}): pass --overwrite to start over, or use "
@@ -523,7 +523,8 @@ def check_resume(config, overwrite=False):
     return True
 
 
-def _field(config, dotted):
+def _value_at(config, dotted):
+    """The value of field `dotted` of a config ("seq_len", or "search.tau_start" in a section)."""
     if "." in dotted:
         section, name = dotted.split(".", 1)
         return getattr(getattr(config, section), name)
