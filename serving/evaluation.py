@@ -244,7 +244,7 @@ def text_file_ids(tokenizer, path):
     return ids, stats
 
 
-def _check_same_tokenizer(run, data_dir, meta):
+def check_same_tokenizer(run, data_dir, meta):
     """Refuses a data directory whose tokenizer files differ from the run's."""
     if os.path.realpath(data_dir) == os.path.realpath(run.data_dir):
         return
@@ -350,16 +350,12 @@ def split_ids(run, split, data_dir=None):
         raise EvaluationError(f"--split={split} reads the run's built data, --data_dir="
                               f"{data_dir} (default: data_dir of its config.json): {error}; "
                               "pass --data_dir=<the build> or --text_file") from None
-    _check_same_tokenizer(run, data_dir, meta)
+    check_same_tokenizer(run, data_dir, meta)
     info = split_info(meta, split)
     return data_utils.read_stream(data_dir, split, meta), info
 
 
 # --------------------------------------------------------------------- runs
-
-
-def _checkpoint_step(path):
-    return run_dir.checkpoint_step(path)
 
 
 def evaluate_run(run, *, split=None, text_file=None, data_dir=None, seq_len=None,
@@ -431,7 +427,7 @@ def _model_source(run):
     if run.package is None:
         return {"model_dir": run.model_dir or os.fspath(run.config.model_dir),
                 "checkpoint": run.checkpoint_path,
-                "step": _checkpoint_step(run.checkpoint_path)}
+                "step": run_dir.checkpoint_step(run.checkpoint_path)}
     source = run.package.source
     return {"model": os.fspath(run.checkpoint_path), "model_dir": source.get("run"),
             "checkpoint": source.get("checkpoint"), "step": source.get("step"),

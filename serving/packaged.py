@@ -30,7 +30,6 @@ tokenizer: `load_package` refuses it with the command that re-exports it.
 import dataclasses
 import json
 import os
-import re
 import zipfile
 
 import keras
@@ -39,6 +38,7 @@ from model.families import FAMILIES, build_model, family_of, register_keras_obje
 from model.interface import check_model
 from pardata import tokenizers
 from pardata.errors import DataError
+from runstore import run_dir
 from runstore.config import RunConfig
 from serving.errors import GenerationError
 from serving.runs import Run, override_model
@@ -184,12 +184,6 @@ def _sanitized_run_config(config):
     return values
 
 
-def _checkpoint_step(path):
-    """The step of a `ckpt-<step>` prefix, or None."""
-    match = re.search(r"ckpt-(\d+)$", os.path.basename(path))
-    return int(match.group(1)) if match else None
-
-
 def package_run(run, dtype="float32"):
     """The `PackagedLM` of a loaded run (`serving.generation.Run`).
 
@@ -221,7 +215,7 @@ def package_run(run, dtype="float32"):
         source = {"run": os.path.basename(os.path.normpath(run.model_dir or run.config.model_dir)),
                   "checkpoint": os.path.relpath(run.checkpoint_path, run.model_dir)
                   if run.model_dir else os.path.basename(run.checkpoint_path),
-                  "step": _checkpoint_step(run.checkpoint_path)}
+                  "step": run_dir.checkpoint_step(run.checkpoint_path)}
     return PackagedLM(lm, TokenizerAssets(run.meta, run.tokenizer, name="tokenizer"),
                       _sanitized_run_config(run.config), source=source, storage_dtype=dtype,
                       name="packaged_lm")

@@ -405,14 +405,14 @@ def _at_call(fault, mock):
 def _at_nonfinite(fault, mock):
     from training import plugins
 
-    original = plugins._registered
+    original = plugins.registered
     InjectNonFinite.SPEC = InjectNonFinite.SPEC + [(int(fault["step"]), fault["target"])]
 
     def registered():
         return (*original(), InjectNonFinite)
 
     try:
-        with mock.patch.object(plugins, "_registered", registered):
+        with mock.patch.object(plugins, "registered", registered):
             yield
     finally:
         InjectNonFinite.SPEC = []

@@ -27,7 +27,7 @@ package owning its parts: `par_search` (ParSearch: architecture optimizer,
 Gumbel temperature, progressive freezing, architecture summaries and
 history, derivation and plots; its config section `search`) and
 `span_report` (SpanReport: learned attention spans and their figure).
-Adding one means a package here, an entry in `_registered` and, when it owns
+Adding one means a package here, an entry in `registered` and, when it owns
 a config section, an entry in `sections.py`. The base class and its hooks are
 in `base.py`.
 """
@@ -35,10 +35,12 @@ in `base.py`.
 from training.plugins.base import OptimizerGroup, Plugin
 from training.plugins.sections import config_sections
 
-__all__ = ["OptimizerGroup", "Plugin", "config_sections", "make_plugins", "run_files"]
+__all__ = ["OptimizerGroup", "Plugin", "config_sections", "make_plugins", "registered",
+           "run_files"]
 
 
-def _registered():
+def registered():
+    """The registered plug-in classes, in the order they are applied."""
     from training.plugins.par_search.plugin import ParSearch
     from training.plugins.span_report.plugin import SpanReport
 
@@ -48,7 +50,7 @@ def _registered():
 def make_plugins(model, config, horizon):
     """The registered plug-ins that apply to `model`, in registry order."""
     plugins = []
-    for cls in _registered():
+    for cls in registered():
         plugin = cls.create(model, config, horizon)
         if plugin is not None:
             plugins.append(plugin)
@@ -57,4 +59,4 @@ def make_plugins(model, config, horizon):
 
 def run_files():
     """Every run-directory file name a registered plug-in may write."""
-    return tuple(name for cls in _registered() for name in cls.RUN_FILES)
+    return tuple(name for cls in registered() for name in cls.RUN_FILES)
