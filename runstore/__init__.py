@@ -6,6 +6,7 @@ Modules (import what you need; importing `runstore` loads nothing):
     run_lock     the lock a trainer holds on its run directory.
     errors       ConfigError, the user-fixable error of flags, data and runs.
     checkpoints  finding, verifying, repairing checkpoints; the model-only restore.
+    config       RunConfig: what loading a model needs of config.json (no training/).
     metrics      perplexity, word perplexity, bits per byte (the figures a run reports).
 
 `training/` writes runs through it, `serving/` reads them through it; the run
