@@ -154,16 +154,12 @@ def main(argv):
     from serving.generation import GenerationError
     from training import interrupt
 
-    try:
-        with interrupt.signals_as_interrupts():
-            _evaluate()
-    except (FlagError, EvaluationError, GenerationError, data_utils.DataError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt as error:
-        print("interrupted: no result was written", file=sys.stderr)
-        return interrupt.interrupt_exit_code(error)
-    return 0
+    status, line = interrupt.run_guarded(
+        _evaluate, (FlagError, EvaluationError, GenerationError, data_utils.DataError),
+        "interrupted: no result was written")
+    if line:
+        print(line, file=sys.stderr)
+    return status
 
 
 if __name__ == "__main__":

@@ -80,6 +80,22 @@ def _flag_problem():
     return None
 
 
+def _export():
+    from serving import export
+    from serving.generation import load
+
+    run = load(FLAGS.model_dir or None, FLAGS.model or None, FLAGS.checkpoint)
+    if FLAGS.format == "keras":
+        path = export.export_keras(run, FLAGS.output, overwrite=FLAGS.overwrite,
+                                   dtype=FLAGS.dtype)
+    else:
+        path = export.export_saved_model(run, FLAGS.output, mem_len=FLAGS.mem_len,
+                                         overwrite=FLAGS.overwrite)
+    logging.info("exported %s (%s) to %s", FLAGS.model_dir or FLAGS.model, run.checkpoint_path,
+                 path)
+    print(path)
+
+
 def main(argv):
     if len(argv) > 1:
         print(f"error: unexpected arguments {argv[1:]}; all options are --flags", file=sys.stderr)
@@ -89,29 +105,15 @@ def main(argv):
         print(f"error: {problem}", file=sys.stderr)
         return 1
     import data_utils
-    from serving import export
-    from serving.generation import GenerationError, load
+    from serving.generation import GenerationError
     from training import interrupt
 
-    try:
-        with interrupt.signals_as_interrupts():
-            run = load(FLAGS.model_dir or None, FLAGS.model or None, FLAGS.checkpoint)
-            if FLAGS.format == "keras":
-                path = export.export_keras(run, FLAGS.output, overwrite=FLAGS.overwrite,
-                                           dtype=FLAGS.dtype)
-            else:
-                path = export.export_saved_model(run, FLAGS.output, mem_len=FLAGS.mem_len,
-                                                 overwrite=FLAGS.overwrite)
-    except (GenerationError, data_utils.DataError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt as error:
-        print(f"interrupted: nothing was written to {FLAGS.output}", file=sys.stderr)
-        return interrupt.interrupt_exit_code(error)
-    logging.info("exported %s (%s) to %s", FLAGS.model_dir or FLAGS.model, run.checkpoint_path,
-                 path)
-    print(path)
-    return 0
+    status, line = interrupt.run_guarded(
+        _export, (GenerationError, data_utils.DataError),
+        f"interrupted: nothing was written to {FLAGS.output}")
+    if line:
+        print(line, file=sys.stderr)
+    return status
 
 
 if __name__ == "__main__":

@@ -143,16 +143,11 @@ def main(argv):
     from serving.generation import GenerationError
     from training import interrupt
 
-    try:
-        with interrupt.signals_as_interrupts():
-            _generate()
-    except (FlagError, GenerationError, data_utils.DataError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt as error:
-        print("interrupted", file=sys.stderr)
-        return interrupt.interrupt_exit_code(error)
-    return 0
+    status, line = interrupt.run_guarded(
+        _generate, (FlagError, GenerationError, data_utils.DataError))
+    if line:
+        print(line, file=sys.stderr)
+    return status
 
 
 if __name__ == "__main__":

@@ -309,8 +309,8 @@ def main(argv):
     130/143 interrupted by SIGINT/SIGTERM after writing a checkpoint (one
     `interrupted at step N: ...` line; docs/faults.md)."""
     import data_utils
+    from runstore.run_dir import WriteError
     from training.loop import NonFiniteError, TrainingInterrupted, run_summary, train
-    from training.run_dir import WriteError
 
     if len(argv) > 1:
         print(f"error: unexpected arguments {argv[1:]}; all options are --flags",

@@ -77,7 +77,7 @@ import time
 from bench import common  # no TensorFlow, nor the two imports below
 from experiments.compare_families import built_meta, close_killed_attempts, run_status, tail
 from model.transformer_xl.config import transformer_xl_architecture
-from training import run_dir as names
+from runstore import run_dir as names
 from training.plugins.par_search.derive import ARCHITECTURE_JSON
 
 ROOT = common.ROOT

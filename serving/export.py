@@ -60,8 +60,10 @@ import tempfile
 
 import tensorflow as tf
 
-from serving.generation import META_FILE, GenerationError, sample_tokens
-from training import run_dir
+from pardata.meta import META_FILE
+from runstore import run_dir
+from samplers.sampler import sample_tokens
+from serving.errors import GenerationError
 
 SIGNATURE = "serve"
 GENERATE_SIGNATURE = "generate"
@@ -157,7 +159,7 @@ class ServingModule(tf.Module):
         self._mem_len = int(mem_len)
         self._chunk_len = int(chunk_len)
         # Tracked explicitly: Keras 3 layers kept in Python lists are not
-        # reached by TensorFlow's object graph (as in training.checkpoint).
+        # reached by TensorFlow's object graph (as in runstore.checkpoints).
         self.model_variables = [getattr(v, "value", v) for v in model.variables]
         self.mem_len = tf.Variable(self._mem_len, trainable=False, dtype=tf.int32, name="mem_len")
         self.tokenizer = GraphTokenizer(tokenizer, asset_dir)

@@ -30,7 +30,6 @@ tokenizer: `load_package` refuses it with the command that re-exports it.
 import dataclasses
 import json
 import os
-import re
 import zipfile
 
 import keras
@@ -39,8 +38,10 @@ from model.families import FAMILIES, build_model, family_of, register_keras_obje
 from model.interface import check_model
 from pardata import tokenizers
 from pardata.errors import DataError
-from serving.generation import GenerationError, Run, _override_model
-from training.config import TrainConfig
+from runstore import run_dir
+from runstore.config import RunConfig
+from serving.errors import GenerationError
+from serving.runs import Run, override_model
 
 # The families' layers must be registered before a package is deserialized.
 register_keras_objects()
@@ -175,18 +176,12 @@ class PackageError(GenerationError):
 
 
 def _sanitized_run_config(config):
-    """The TrainConfig as a dict without the machine's paths (base names only)."""
+    """The run's config as a dict without the machine's paths (base names only)."""
     values = config.to_dict()
     for name in ("model_dir", "data_dir"):
         values[name] = os.path.basename(os.path.normpath(values[name])) or values[name]
     values["logdir"] = ""
     return values
-
-
-def _checkpoint_step(path):
-    """The step of a `ckpt-<step>` prefix, or None."""
-    match = re.search(r"ckpt-(\d+)$", os.path.basename(path))
-    return int(match.group(1)) if match else None
 
 
 def package_run(run, dtype="float32"):
@@ -220,7 +215,7 @@ def package_run(run, dtype="float32"):
         source = {"run": os.path.basename(os.path.normpath(run.model_dir or run.config.model_dir)),
                   "checkpoint": os.path.relpath(run.checkpoint_path, run.model_dir)
                   if run.model_dir else os.path.basename(run.checkpoint_path),
-                  "step": _checkpoint_step(run.checkpoint_path)}
+                  "step": run_dir.checkpoint_step(run.checkpoint_path)}
     return PackagedLM(lm, TokenizerAssets(run.meta, run.tokenizer, name="tokenizer"),
                       _sanitized_run_config(run.config), source=source, storage_dtype=dtype,
                       name="packaged_lm")
@@ -281,16 +276,15 @@ def _model_config(lm):
 
 
 def _run_config(package, model_config):
-    """TrainConfig of a package: its stored run config with the loaded model's config.
+    """RunConfig of a package: its stored run config with the loaded model's config.
 
-    Fields a later TrainConfig no longer has are dropped; new ones take their
-    defaults, so a package keeps loading as the code evolves.
+    Only the fields a RunConfig reads are needed (`runstore.config.FIELDS`), so a
+    package keeps loading as the trainer's config evolves.
     """
-    known = {f.name for f in dataclasses.fields(TrainConfig)}
-    values = {k: v for k, v in package.run_config.items() if k in known}
+    values = dict(package.run_config)
     values["model"] = model_config
     values["model_family"] = family_of(model_config).name
-    return TrainConfig(**values)
+    return RunConfig.from_dict(values)
 
 
 def load_package(path, model_overrides=None):
@@ -323,7 +317,7 @@ def load_package(path, model_overrides=None):
     lm = check_model(package.lm)
     config = _run_config(package, _model_config(lm))
     if model_overrides:
-        config = _override_model(config, dict(model_overrides), path)
+        config = override_model(config, dict(model_overrides), path)
         lm = check_model(build_model(config.model, dtype="float32"))
         for target, value in zip(lm.variables, package.lm.variables):
             target.assign(value)

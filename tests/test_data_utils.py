@@ -464,11 +464,12 @@ def test_sentencepiece_without_line_ends(tmp_path):
         data_utils.build_dataset(dataclasses.replace(config, output_dir=with_eos.output_dir))
     # Evaluation refuses the other build for this run, naming the flag; an empty
     # generation prompt has no line start to begin from.
-    from serving.evaluation import EvaluationError, _check_same_tokenizer
+    from serving.evaluation import EvaluationError
     from serving.generation import GenerationError, encode_prompt
+    from serving.sources import check_same_tokenizer
     with pytest.raises(EvaluationError, match=r"lines end without <eos>, the run's with "
                                               r"\(build_data.py --sp_eos / --nosp_eos\)"):
-        _check_same_tokenizer(types.SimpleNamespace(data_dir=with_eos.output_dir),
+        check_same_tokenizer(types.SimpleNamespace(data_dir=with_eos.output_dir),
                               config.output_dir, meta)
     with pytest.raises(GenerationError, match="give a non-empty --prompt"):
         encode_prompt(tok, "  ")

@@ -1,5 +1,6 @@
-"""pretrained/wt2_base.keras works right after clone: generate.py --model gives text, and
-evaluate.py --model reproduces a stored figure on a slice of the shipped test text.
+"""pretrained/wt2_base.keras works right after clone: generate.py --model gives text,
+evaluate.py --model reproduces a stored figure on a slice of the shipped test text, and the
+model card's test figures (42.143) are recomputed from the file on the whole test split.
 
 The figure was computed once (machine of the model card, one CPU core) by
 
@@ -30,6 +31,27 @@ def test_model_card_describes_the_committed_file(project_root):
     assert f"{len(data):,} bytes" in card
     # The test figure the card states is the one evaluate.py prints (3 decimals).
     assert re.search(r"test perplexity \*\*42\.143\*\*", card)
+
+
+@pytest.mark.slow
+def test_the_card_test_figures_are_recomputed_from_the_shipped_model(project_root, tmp_path,
+                                                                     cli_cases):
+    """The card's test row (and its headline figure) is what evaluate.py gives today for the
+    committed file on the shipped test text, to the digits the card prints."""
+    card = (project_root / "pretrained" / "README.md").read_text(encoding="utf-8")
+    row = re.search(r"^\| test \| ([\d,]+) \| \*\*([\d.]+)\*\* \| ([\d.]+) \| ([\d.]+) \|$",
+                    card, re.MULTILINE)
+    assert row, "the card has no test row"
+    assert f"test perplexity **{row[2]}**" in card  # the headline states the same figure
+    output = tmp_path / "test.json"
+    code, stdout, stderr = cli_cases("evaluate.py", {
+        "test": [f"--model={MODEL}", "--split=test", f"--output={output}"]})["test"]
+    assert code == 0, stderr[-3000:]
+    result = json.loads(output.read_text())
+    assert f"{result['tokens']:,}" == row[1]
+    assert f"{result['perplexity']:.3f}" == row[2]
+    assert f"{result['word_perplexity']:.3f}" == row[3]
+    assert f"{result['bits_per_byte']:.4f}" == row[4]
 
 
 @pytest.mark.slow

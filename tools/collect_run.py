@@ -28,7 +28,7 @@ import shutil
 import sys
 import tempfile
 
-from training import run_dir as names
+from runstore import run_dir as names
 from training.plugins.par_search.derive import ARCHITECTURE_JSON, ARCHITECTURE_TXT
 from training.plugins.par_search.plots import ARCH_HISTORY_FILE
 from training.plugins.span_report.plots import SPANS_PNG

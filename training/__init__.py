@@ -4,14 +4,12 @@ Modules (import what you need; this package imports nothing by itself so that
 `training.config` stays usable without loading TensorFlow):
     config       TrainConfig and the checks against data, replicas, model_dir.
     strategy     tf.distribute strategies and row-exact feeding of replicas.
-    run_dir      the run directory's file names; atomic writes (no TensorFlow).
-    checkpoint   exact-resume checkpoints (model, optimizers, memories, RNG),
-                 verified before use; resolve/restore for serving too.
+    checkpoint   the Checkpointer: exact-resume checkpoints (model, optimizers,
+                 memories, RNG); finding and restoring them is runstore.checkpoints.
     interrupt    Ctrl-C / SIGTERM / preemption: a checkpoint at the step, then exit.
     trainer      Trainer: the step, evaluation, sampling, checkpoints, memories.
     loop         train(config): the host loop, training log, callbacks.
     schedules    learning-rate and Gumbel temperature schedules.
-    metrics      perplexity, word perplexity, bits per byte.
     summaries    TensorBoard writers.
     plots        architecture history and its plots.
     derive       derived architecture and its FLOPs report.

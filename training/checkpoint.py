@@ -39,13 +39,14 @@ Safety (docs/faults.md):
   the new checkpoint and raises `run_dir.WriteError`; TensorFlow updates its
   `checkpoint` list only after a complete write, and deletes the oldest
   checkpoint only after that, so the previous checkpoints stay intact.
-- Before a checkpoint is used it is verified (`verify`): TensorFlow reads
-  every tensor back (index and data checksums), and an optional check looks
-  at the content (the trainer: step, data position). `find_good` returns the
-  newest checkpoint that passes, with the damaged newer ones and why.
-- The public entry points for "which checkpoint" and "load a model's
-  weights" are `resolve_checkpoint` and `restore_model_variables`, used by
-  the trainer and by serving/ alike.
+- Before a checkpoint is used it is verified (`runstore.checkpoints.verify`):
+  TensorFlow reads every tensor back (index and data checksums), and the
+  trainer's check (`state_check`) looks at the content (step, data position).
+
+Finding, verifying, repairing and the model-only restore live in the run
+store (`runstore.checkpoints`), shared with serving; this module keeps what
+only the trainer needs: the `Checkpointer`, its `TrainState` and the checks
+of its content.
 """
 
 import os
@@ -55,20 +56,15 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-from training import run_dir
+from runstore import run_dir
+from runstore.checkpoints import (
+    checkpoints,
+    find_good,
+    model_objects,
+    remove_partial,
+    restore_optional,
+)
 from training import strategy as strategy_lib
-
-# Kept for callers of the names before training/run_dir.py held them.
-BEST_DIR = run_dir.BEST_DIR
-CHECKPOINT_NAME = run_dir.CHECKPOINT_NAME
-
-
-class CheckpointError(ValueError):
-    """No usable checkpoint, or one that does not fit the model (user-fixable)."""
-
-
-class NoCheckpoint(CheckpointError):
-    """The directory holds no checkpoint at all."""
 
 
 class NonFiniteError(RuntimeError):
@@ -116,163 +112,6 @@ def _state_key(name):
 HORIZON_KEY = _state_key("horizon")
 
 
-# ----------------------------------------------------------- finding checkpoints
-
-
-def _listed(directory):
-    """Prefixes named by TensorFlow's `checkpoint` file (unreadable: none)."""
-    try:
-        state = tf.train.get_checkpoint_state(directory)
-    except (tf.errors.OpError, ValueError):
-        return []
-    if state is None:
-        return []
-    paths = list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path]
-    return [p if os.path.isabs(p) else os.path.join(directory, p) for p in paths if p]
-
-
-def listed_steps(directory):
-    """The steps of the checkpoints TensorFlow's `checkpoint` file lists (complete saves).
-
-    Returns:
-        Sorted steps ([] when there is no such file: no save ever completed),
-        or None when the file is there but unreadable.
-    """
-    state = os.path.join(directory, run_dir.CHECKPOINT_STATE)
-    if not os.path.exists(state):
-        return []
-    try:
-        if tf.train.get_checkpoint_state(directory) is None:
-            return None
-    except (tf.errors.OpError, ValueError):
-        return None
-    steps = (run_dir.checkpoint_step(p) for p in _listed(directory))
-    return sorted(s for s in steps if s is not None)
-
-
-def unfinished(directory, prefix, listed):
-    """True for a checkpoint newer than every listed one (`listed_steps`): its save
-    never completed (TensorFlow lists a checkpoint once its files are written)."""
-    if listed is None:
-        return False  # the list itself is damaged: nothing can be told
-    return not listed or run_dir.checkpoint_step(prefix) > max(listed)
-
-
-def checkpoints(directory):
-    """The checkpoint prefixes of `directory`, newest (highest step) first.
-
-    Both the ones TensorFlow's `checkpoint` file lists and every
-    `ckpt-<step>.index` present: the list file may be damaged, or a save may
-    have finished its files just before the process died.
-    """
-    steps = set()
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return []
-    for name in names:
-        step = run_dir.checkpoint_file_step(name)
-        if step is not None and name.endswith(".index"):
-            steps.add(step)
-    for path in _listed(directory):
-        step = run_dir.checkpoint_step(path)
-        if step is not None and os.path.dirname(os.path.abspath(path)) == os.path.abspath(
-                directory):
-            steps.add(step)
-    return [run_dir.checkpoint_prefix(directory, s) for s in sorted(steps, reverse=True)]
-
-
-def _data_files(prefix):
-    directory, base = os.path.split(prefix)
-    try:
-        return sorted(os.path.join(directory, n) for n in os.listdir(directory)
-                      if n.startswith(base + ".data-"))
-    except OSError:
-        return []
-
-
-def verify(prefix, check=None):
-    """Reads a whole checkpoint back; returns None if it is good, else what is wrong.
-
-    TensorFlow reads the index (block checksums) and every tensor (each
-    tensor's checksum), so a truncated or corrupted file is found.
-
-    Args:
-        prefix: `dir/ckpt-<step>`.
-        check: optional `check(reader, prefix)` returning a problem (str) or
-            None, for what the content must satisfy.
-
-    Returns:
-        None, or one line naming the damaged file and the error.
-    """
-    index = prefix + ".index"
-    if not os.path.exists(index):
-        return f"{index} is missing"
-    try:
-        reader = tf.train.load_checkpoint(prefix)
-    except (tf.errors.OpError, ValueError, IndexError, OSError) as error:
-        return f"{index} is damaged ({run_dir.reason(error)})"
-    try:
-        for name in reader.get_variable_to_shape_map():
-            reader.get_tensor(name)
-    except (tf.errors.OpError, ValueError, IndexError, OSError) as error:
-        data = _data_files(prefix)
-        where = data[0] if len(data) == 1 else f"the data files of {prefix}"
-        if not data:
-            where = f"{prefix}.data-00000-of-00001 (missing)"
-        return f"{where} is damaged ({run_dir.reason(error)})"
-    if check is not None:
-        return check(reader, prefix)
-    return None
-
-
-def find_good(directory, check=None):
-    """The newest checkpoint of `directory` that `verify` accepts.
-
-    Returns:
-        (prefix or None, list of (prefix, problem) of the newer damaged ones).
-    """
-    damaged = []
-    for prefix in checkpoints(directory):
-        problem = verify(prefix, check)
-        if problem is None:
-            return prefix, damaged
-        damaged.append((prefix, problem))
-    return None, damaged
-
-
-def set_aside(prefix):
-    """Renames the files of a damaged checkpoint to `<name>.damaged` (kept, not used).
-
-    Returns:
-        The new paths.
-    """
-    directory, base = os.path.split(prefix)
-    moved = []
-    for name in sorted(os.listdir(directory)):
-        if name == base + ".index" or name.startswith(base + ".data-"):
-            target = os.path.join(directory, name + run_dir.DAMAGED_SUFFIX)
-            os.replace(os.path.join(directory, name), target)
-            moved.append(target)
-    return moved
-
-
-def rewrite_list(directory):
-    """Makes TensorFlow's `checkpoint` file list the checkpoints present, oldest first."""
-    present = [p for p in reversed(checkpoints(directory)) if os.path.exists(p + ".index")]
-    if not present:
-        state = os.path.join(directory, run_dir.CHECKPOINT_STATE)
-        if os.path.exists(state):
-            os.remove(state)
-        return
-    # With their times, so that the CheckpointManager deletes them in turn
-    # (--keep_checkpoints) as it does the ones it wrote itself.
-    times = [os.path.getmtime(p + ".index") for p in present]
-    tf.compat.v1.train.update_checkpoint_state(
-        directory, present[-1], all_model_checkpoint_paths=present,
-        all_model_checkpoint_timestamps=times, last_preserved_timestamp=min(times) - 1.0)
-
-
 def state_check(train_records):
     """A `verify` check of a training checkpoint: its step and data position agree.
 
@@ -300,72 +139,6 @@ def state_check(train_records):
     return check
 
 
-def describe_damage(damaged):
-    return "; ".join(problem for _, problem in damaged)
-
-
-def resolve_checkpoint(model_dir, which="best"):
-    """The checkpoint prefix of a run to load, after verifying it.
-
-    Args:
-        model_dir: a run directory.
-        which: "best" (model_dir/best; the newest good one when there is no
-            best yet or it is damaged), "latest" (the newest good one), or a
-            path: a `ckpt-<step>` prefix (absolute or in model_dir) or a
-            directory holding checkpoints.
-
-    Returns:
-        (prefix, warnings): warnings are lines for the user (e.g. a damaged
-        newer checkpoint that was passed over, naming its file).
-
-    Raises:
-        CheckpointError: none found, the named one is damaged, or every
-            candidate is damaged; the message names the files and the fix.
-    """
-    model_dir = os.fspath(model_dir)
-    warnings = []
-    if which in ("best", "latest"):
-        if which == "best":
-            best_dir = os.path.join(model_dir, run_dir.BEST_DIR)
-            path, damaged = find_good(best_dir)
-            for _, problem in damaged:
-                warnings.append(f"the best checkpoint is damaged: {problem}; using the latest "
-                                "good checkpoint instead")
-            if path is not None:
-                return path, warnings
-        path, damaged = find_good(model_dir)
-        for prefix, problem in damaged:
-            warnings.append(f"skipping {os.path.basename(prefix)}: {problem}")
-        if path is None:
-            if damaged:
-                raise CheckpointError(
-                    f"every checkpoint in {model_dir} is damaged ({describe_damage(damaged)}): "
-                    "restore the files, or train again (train.py --overwrite)")
-            raise NoCheckpoint(f"no checkpoint in {model_dir}")
-        if which == "best" and not any("best checkpoint" in w for w in warnings):
-            warnings.append(f"{model_dir} has no best checkpoint (no evaluation yet): using the "
-                            f"latest, {path}")
-        return path, warnings
-    for candidate in (which, os.path.join(model_dir, which)):
-        if os.path.isdir(candidate):
-            path, damaged = find_good(candidate)
-            warnings.extend(f"skipping {os.path.basename(p)}: {problem}" for p, problem in damaged)
-            if path is not None:
-                return path, warnings
-            if damaged:
-                raise CheckpointError(f"every checkpoint in {candidate} is damaged "
-                                      f"({describe_damage(damaged)})")
-        elif os.path.isfile(candidate + ".index"):
-            problem = verify(candidate)
-            if problem:
-                raise CheckpointError(f"checkpoint {candidate}: {problem}; choose another "
-                                      "(--checkpoint=latest falls back to the newest good one)")
-            return candidate, warnings
-    raise CheckpointError(
-        f"checkpoint {which!r} not found: use best, latest, a ckpt-<step> prefix "
-        f"(absolute or in {model_dir}) or a directory holding a 'checkpoint' file")
-
-
 def saved_horizon(path):
     """The horizon stored in a checkpoint (a prefix, or a directory: its newest).
 
@@ -385,100 +158,6 @@ def saved_horizon(path):
     if not reader.has_tensor(HORIZON_KEY):
         return None
     return int(reader.get_tensor(HORIZON_KEY)) or None
-
-
-class _VariableList(tf.Module):
-    """A trackable flat list of variables (see the module docstring)."""
-
-    def __init__(self, variables):
-        super().__init__(name="model_variables")
-        self.variables_list = [getattr(v, "value", v) for v in variables]
-
-    def _trackable_children(self, save_type="checkpoint", **kwargs):
-        # Index keys ("model/0", "model/1", ...) keep the checkpoint readable.
-        return {str(i): v for i, v in enumerate(self.variables_list)}
-
-
-def _top_level_names(path):
-    """Names of the objects saved at the top of checkpoint `path` ("model", "state", ...)."""
-    reader = tf.train.load_checkpoint(path)
-    return {key.split("/", 1)[0] for key in reader.get_variable_to_shape_map()}
-
-
-def restore_optional(path, required, optional):
-    """Restores checkpoint `path` into `required` objects and those `optional` ones it holds.
-
-    Args:
-        path: checkpoint prefix.
-        required: dict name -> trackable that must all be in the file.
-        optional: dict name -> trackable restored only when the file has it
-            (objects newer than the checkpoint keep their values).
-
-    Returns:
-        The `tf.train.Checkpoint` restored (its `save_counter` is the file's).
-
-    Raises:
-        AssertionError (from TensorFlow): a required object does not match.
-    """
-    present = _top_level_names(path)
-    found = {k: v for k, v in optional.items() if k in present}
-    checkpoint = tf.train.Checkpoint(**required, **found)
-    checkpoint.restore(path).assert_existing_objects_matched()
-    return checkpoint
-
-
-def model_objects(model):
-    """The checkpoint objects of a model: {"model": its variables} and its optional extras."""
-    extras = getattr(model, "checkpoint_extras", dict)()
-    return {"model": _VariableList(model.variables)}, dict(extras)
-
-
-def restore_model(model, path):
-    """Restores a model's variables (and extras the file has) from checkpoint `path`.
-
-    Works for the trainer's checkpoints and its best checkpoints (other
-    objects in the file are ignored).
-
-    Raises:
-        AssertionError (from TensorFlow): the checkpoint does not fit the model.
-    """
-    required, optional = model_objects(model)
-    present = _top_level_names(path)
-    found = {k: v for k, v in optional.items() if k in present}
-    status = tf.train.Checkpoint(**required, **found).restore(path)
-    status.assert_existing_objects_matched().expect_partial()
-    return path
-
-
-def model_checkpoint(model):
-    """A `tf.train.Checkpoint` of the model's variables as saved under `model/`
-    (without the model's optional extras: `model_objects`)."""
-    return tf.train.Checkpoint(model=_VariableList(model.variables))
-
-
-def restore_model_variables(model, prefix, what="the model"):
-    """Loads a checkpoint's `model/<i>` variables into a built model.
-
-    Works with the full training checkpoints and the best ones (the
-    optimizer and trainer state, if present, is ignored), and restores the
-    model's optional extras the file holds (a supernet's frozen blocks).
-
-    Args:
-        model: the built model.
-        prefix: checkpoint prefix.
-        what: how the error message names the model.
-
-    Raises:
-        CheckpointError: the checkpoint does not fit the model (other
-            architecture or sizes), naming the checkpoint.
-    """
-    try:
-        restore_model(model, prefix)
-    except (AssertionError, ValueError, tf.errors.OpError, IndexError) as error:
-        text = str(error).strip()
-        first = text.splitlines()[0] if text else type(error).__name__
-        raise CheckpointError(f"checkpoint {prefix} does not fit {what} ({first})") from None
-    return prefix
 
 
 def non_finite_variables(variables):
@@ -538,7 +217,7 @@ class Checkpointer:
         if self._manager is None:
             self._manager = tf.train.CheckpointManager(
                 self.checkpoint, self._write_dir(self.model_dir), max_to_keep=self.keep,
-                checkpoint_name=CHECKPOINT_NAME)
+                checkpoint_name=run_dir.CHECKPOINT_NAME)
         return self._manager
 
     def _best(self):
@@ -546,7 +225,7 @@ class Checkpointer:
             self._best_manager = tf.train.CheckpointManager(
                 self.best_checkpoint,
                 self._write_dir(os.path.join(self.model_dir, run_dir.BEST_DIR)),
-                max_to_keep=1, checkpoint_name=CHECKPOINT_NAME)
+                max_to_keep=1, checkpoint_name=run_dir.CHECKPOINT_NAME)
         return self._best_manager
 
     @property
@@ -651,38 +330,6 @@ class Checkpointer:
             return None
         logging.info("saved %s %s", what, path)
         return path
-
-
-def remove_partial(directory, step):
-    """Removes the files of an unfinished save of `ckpt-<step>` in `directory`.
-
-    Called after a failed save: the checkpoint is not in TensorFlow's list,
-    and its files (if any) are incomplete.
-
-    Returns:
-        The names removed.
-    """
-    base = f"{CHECKPOINT_NAME}-{int(step)}"
-    listed = {os.path.basename(p) for p in _listed(directory)}
-    removed = []
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return removed
-    for name in names:
-        if base in listed and not name.startswith(base + "_temp"):
-            continue  # a listed (complete) checkpoint of that step: keep it
-        if name.startswith(base + ".") or name.startswith(base + "_temp"):
-            path = os.path.join(directory, name)
-            if os.path.isdir(path):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                try:
-                    os.remove(path)
-                except OSError:
-                    continue
-            removed.append(name)
-    return removed
 
 
 def clear_run(model_dir, logdir=None):

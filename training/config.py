@@ -29,12 +29,14 @@ from typing import Any
 
 from model import families
 from model.config_base import ConfigBase, cutoffs_problem, field
-from training import plugins, run_dir
+from runstore import run_dir
+from runstore.errors import ConfigError
+from runstore.run_dir import CONFIG_FILE
 from training.optimizers import OPTIMIZERS as _OPTIMIZER_TABLE
 from training.optimizers import OPTION_FIELDS as _OPTIMIZER_OPTIONS
 from training.plugins.par_search import config as search_config
 from training.plugins.par_search.config import SearchConfig
-from training.run_dir import CONFIG_FILE
+from training.plugins.sections import config_sections
 
 NONFINITE_POLICIES = ("stop", "skip")
 # At least two checkpoints are kept: a damaged newest one leaves one to resume from.
@@ -58,10 +60,6 @@ RESUMABLE_FIELDS = frozenset({
     "sample_tokens", "checkpoint_interval", "keep_checkpoints", "log_interval",
     "logdir", "batch_split", "checkpoint_every_minutes", "on_nonfinite", "max_nonfinite_steps",
 } | {f"{search_config.SECTION}.{name}" for name in search_config.RESUMABLE})
-
-
-class ConfigError(ValueError):
-    """A user-fixable problem with the flags, the data or the model directory."""
 
 
 def _field(default, group, help, choices=None, **metadata):  # noqa: A002
@@ -229,7 +227,7 @@ class TrainConfig(ConfigBase):
         if not isinstance(self.model, family.config_class):
             raise ConfigError(f"model must be a {family.config_class.__name__} for "
                               f"--model_family={family.name}, got {type(self.model).__name__}")
-        for name, section in plugins.config_sections().items():
+        for name, section in config_sections().items():
             value = getattr(self, name)
             if isinstance(value, dict):
                 try:
@@ -303,7 +301,7 @@ class TrainConfig(ConfigBase):
     @classmethod
     def section_fields(cls):
         """name -> section class of the plug-ins' config sections (fields of TrainConfig)."""
-        return plugins.config_sections()
+        return config_sections()
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "TrainConfig":
@@ -328,7 +326,7 @@ class TrainConfig(ConfigBase):
         """Writes config.json (atomically) into model_dir (default: self.model_dir).
 
         Raises:
-            training.run_dir.WriteError: the file could not be written (the old
+            runstore.run_dir.WriteError: the file could not be written (the old
                 one is intact).
         """
         path = os.path.join(model_dir or self.model_dir, CONFIG_FILE)
@@ -457,7 +455,7 @@ def incompatible_fields(old, new):
     del old_d["model_dir"], new_d["model_dir"]
     old_d["data_dir"] = os.path.realpath(old_d["data_dir"])
     new_d["data_dir"] = os.path.realpath(new_d["data_dir"])
-    nested = ("model", *plugins.config_sections())
+    nested = ("model", *config_sections())
     diff = [k for k in new_d if k not in nested and k not in RESUMABLE_FIELDS
             and old_d.get(k) != new_d[k]]
     for name in nested:
@@ -521,7 +519,7 @@ def check_resume(config, overwrite=False):
     diff = incompatible_fields(old, config)
     if diff:
         shown = ", ".join(
-            f"{k}: {_field(old, k)!r} -> {_field(config, k)!r}" for k in diff[:6])
+            f"{k}: {_value_at(old, k)!r} -> {_value_at(config, k)!r}" for k in diff[:6])
         raise ConfigError(
             f"--model_dir={config.model_dir} holds a run with a different config ({shown}"
             f"{', ...' if len(diff) > 6 else ''}): pass --overwrite to start over, or use "
@@ -529,7 +527,8 @@ def check_resume(config, overwrite=False):
     return True
 
 
-def _field(config, dotted):
+def _value_at(config, dotted):
+    """The value of field `dotted` of a config ("seq_len", or "search.tau_start" in a section)."""
     if "." in dotted:
         section, name = dotted.split(".", 1)
         return getattr(getattr(config, section), name)

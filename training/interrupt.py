@@ -190,3 +190,28 @@ class signals_as_interrupts:  # noqa: N801  (used like a function: `with ...:`)
     def __exit__(self, *exc_info):
         if self._previous is not None:
             signal.signal(signal.SIGTERM, self._previous)
+
+
+def run_guarded(body, errors, interrupted="interrupted"):
+    """Runs a command-line script's `body()` under `signals_as_interrupts`; what it ends with.
+
+    The one wrapper of generate.py, evaluate.py and export.py: a user-fixable
+    error is one `error: ...` line and status 1, an interruption one line and
+    128 + the signal (130 for SIGINT, 143 for SIGTERM).
+
+    Args:
+        body: the script's work (no arguments; its result is ignored).
+        errors: the exception classes that are the user's to fix.
+        interrupted: the line for an interruption (e.g. what was not written).
+
+    Returns:
+        (exit status, the line for stderr or None): (0, None) when `body` returned.
+    """
+    try:
+        with signals_as_interrupts():
+            body()
+    except errors as error:
+        return 1, f"error: {error}"
+    except KeyboardInterrupt as error:
+        return interrupt_exit_code(error), interrupted
+    return 0, None

@@ -39,8 +39,9 @@ import keras
 import tensorflow as tf
 
 import data_utils
+from runstore import checkpoints, metrics, run_dir, run_lock
 from training import checkpoint as checkpoint_lib
-from training import collapse, interrupt, metrics, run_dir, run_lock, summaries
+from training import collapse, interrupt, summaries
 from training import strategy as strategy_lib
 from training.checkpoint import NonFiniteError
 from training.config import ConfigError, check_data, check_model_dir, check_replicas, check_resume
@@ -282,28 +283,28 @@ def _resume_point(config, meta, chief):
     """
     records = meta["splits"]["train"]["records"]
     model_dir = config.model_dir
-    path, damaged = checkpoint_lib.find_good(model_dir, checkpoint_lib.state_check(records))
-    listed = checkpoint_lib.listed_steps(model_dir)
+    path, damaged = checkpoints.find_good(model_dir, checkpoint_lib.state_check(records))
+    listed = checkpoints.listed_steps(model_dir)
     broken = [(p, why) for p, why in damaged
-              if not checkpoint_lib.unfinished(model_dir, p, listed)]
+              if not checkpoints.unfinished(model_dir, p, listed)]
     if path is None and broken:
         raise ConfigError(
             f"--model_dir={model_dir}: every checkpoint is damaged "
-            f"({checkpoint_lib.describe_damage(damaged)}); nothing to resume from: pass "
+            f"({checkpoints.describe_damage(damaged)}); nothing to resume from: pass "
             "--overwrite to start over (or restore the files)")
     if damaged and chief:
         resume = os.path.basename(path) if path else "step 0"
         for prefix, problem in damaged:
             if (prefix, problem) not in broken:
-                removed = checkpoint_lib.remove_partial(model_dir, run_dir.checkpoint_step(prefix))
+                removed = checkpoints.remove_partial(model_dir, run_dir.checkpoint_step(prefix))
                 logging.warning("removed %s, the files of a checkpoint whose save did not "
                                 "complete (%s)", ", ".join(removed), problem)
                 continue
-            moved = checkpoint_lib.set_aside(prefix)
+            moved = checkpoints.set_aside(prefix)
             logging.warning("%s; resuming from the newest good checkpoint, %s (the damaged "
                             "files are kept as %s)", problem, resume,
                             ", ".join(os.path.basename(m) for m in moved))
-        checkpoint_lib.rewrite_list(model_dir)
+        checkpoints.rewrite_list(model_dir)
     if path is None:
         logging.info("%s has no complete checkpoint yet: starting at step 0", model_dir)
     return path

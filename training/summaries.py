@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from model.transformer_xl import blocks
-from training import run_dir
+from runstore import run_dir
 
 SPLITS = ("train", "valid", "test")
 

@@ -64,8 +64,10 @@ import tensorflow as tf
 import data_utils
 from model.families import build_model
 from model.interface import WEIGHTS_GROUP, check_model
+from runstore import checkpoints, metrics
+from samplers.sampler import sample_tokens
 from training import checkpoint as checkpoint_lib
-from training import metrics, optimizers, plugins, schedules
+from training import optimizers, plugins, schedules
 from training import strategy as strategy_lib
 from training.config import capped_warmup, check_batch_split, total_steps
 
@@ -267,7 +269,7 @@ class Trainer:
         Returns:
             (prefix or None, list of (prefix, problem) of damaged newer ones).
         """
-        return checkpoint_lib.find_good(self.config.model_dir)
+        return checkpoints.find_good(self.config.model_dir)
 
     def restore(self, path=None):
         """Restores a checkpoint (model state included); returns its step or None.
@@ -551,14 +553,15 @@ class Trainer:
         hidden, new_state = self.model(inputs, model_state, training=False,
                                        mem_len=self._sample_mem_len)
         log_probs = self.model.log_probs(hidden[:, -1:])[:, 0]  # [1, V]
-        token = tf.random.stateless_categorical(log_probs, 1, seed=seed, dtype=tf.int32)
+        token = sample_tokens(log_probs, seed[None])[:, None]  # [1, 1], serving's sampler
         return token, new_state
 
     def sample_text(self, num_tokens, step):
         """Text generated after the first segment of the valid split's first row.
 
-        Deterministic given (seed, step): sampling uses stateless seeds and
-        evaluation mode, so it does not disturb the training RNG.
+        Deterministic given (seed, step): sampling (`samplers.sampler.sample_tokens`,
+        as serving's, at temperature 1) uses stateless seeds and evaluation mode, so it
+        does not disturb the training RNG.
 
         Returns:
             "prompt ... || sample" decoded by the tokenizer ("" without one).

@@ -1,4 +1,4 @@
-"""training.checkpoint on damaged files: which checkpoint is good, which save never ended."""
+"""runstore.checkpoints on damaged files: which checkpoint is good, which save never ended."""
 
 import os
 
@@ -30,27 +30,27 @@ def _corrupt(path):
 
 
 def test_the_newest_good_checkpoint_and_the_damaged_file_by_name(three_saves):
-    from training import checkpoint
+    from runstore import checkpoints
 
     run = three_saves
     _corrupt(run / "ckpt-3.index")
     with open(run / "ckpt-2.data-00000-of-00001", "r+b") as f:
         f.truncate(100)
-    path, damaged = checkpoint.find_good(str(run))
+    path, damaged = checkpoints.find_good(str(run))
     assert path == str(run / "ckpt-1")
     assert [p for p, _ in damaged] == [str(run / "ckpt-3"), str(run / "ckpt-2")]
     assert damaged[0][1].startswith(f"{run}/ckpt-3.index is damaged (")
     assert damaged[1][1].startswith(f"{run}/ckpt-2.data-00000-of-00001 is damaged (")
-    found, warnings = checkpoint.resolve_checkpoint(str(run), "latest")
+    found, warnings = checkpoints.resolve_checkpoint(str(run), "latest")
     assert found == str(run / "ckpt-1") and len(warnings) == 2
     assert warnings[0].startswith(f"skipping ckpt-3: {run}/ckpt-3.index is damaged")
-    with pytest.raises(checkpoint.CheckpointError, match=r"ckpt-3\.index is damaged"):
-        checkpoint.resolve_checkpoint(str(run), str(run / "ckpt-3"))
-    moved = checkpoint.set_aside(str(run / "ckpt-3"))
+    with pytest.raises(checkpoints.CheckpointError, match=r"ckpt-3\.index is damaged"):
+        checkpoints.resolve_checkpoint(str(run), str(run / "ckpt-3"))
+    moved = checkpoints.set_aside(str(run / "ckpt-3"))
     assert [os.path.basename(m) for m in moved] == [
         "ckpt-3.data-00000-of-00001.damaged", "ckpt-3.index.damaged"]
-    checkpoint.rewrite_list(str(run))
-    assert checkpoint.listed_steps(str(run)) == [1, 2]
+    checkpoints.rewrite_list(str(run))
+    assert checkpoints.listed_steps(str(run)) == [1, 2]
     # A manager made afterwards deletes the listed ones in turn (--keep_checkpoints).
     import tensorflow as tf
 
@@ -58,26 +58,26 @@ def test_the_newest_good_checkpoint_and_the_damaged_file_by_name(three_saves):
                                          max_to_keep=2, checkpoint_name="ckpt")
     for step in (4, 5):
         manager.save(checkpoint_number=step)
-    assert checkpoint.listed_steps(str(run)) == [4, 5]
+    assert checkpoints.listed_steps(str(run)) == [4, 5]
     assert sorted(n for n in os.listdir(run) if n.endswith(".index")) == [
         "ckpt-4.index", "ckpt-5.index"]
 
 
 def test_a_save_that_never_completed_is_told_from_a_damaged_one(three_saves):
-    from training import checkpoint
+    from runstore import checkpoints
 
     run = three_saves
     (run / "ckpt-4.index").write_bytes(b"half an index")  # newer than every listed one
-    assert checkpoint.listed_steps(str(run)) == [1, 2, 3]
-    assert checkpoint.checkpoints(str(run))[0] == str(run / "ckpt-4")
-    assert checkpoint.unfinished(str(run), str(run / "ckpt-4"), [1, 2, 3])
-    assert not checkpoint.unfinished(str(run), str(run / "ckpt-3"), [1, 2, 3])
-    assert checkpoint.remove_partial(str(run), 4) == ["ckpt-4.index"]
+    assert checkpoints.listed_steps(str(run)) == [1, 2, 3]
+    assert checkpoints.checkpoints(str(run))[0] == str(run / "ckpt-4")
+    assert checkpoints.unfinished(str(run), str(run / "ckpt-4"), [1, 2, 3])
+    assert not checkpoints.unfinished(str(run), str(run / "ckpt-3"), [1, 2, 3])
+    assert checkpoints.remove_partial(str(run), 4) == ["ckpt-4.index"]
     # No list at all: no save ever completed. A damaged list: nothing can be told.
     os.remove(run / "checkpoint")
-    assert checkpoint.listed_steps(str(run)) == []
+    assert checkpoints.listed_steps(str(run)) == []
     (run / "checkpoint").write_text('model_checkpoint_path: "ckpt-3\n{{')
-    assert checkpoint.listed_steps(str(run)) is None
-    assert not checkpoint.unfinished(str(run), str(run / "ckpt-3"), None)
+    assert checkpoints.listed_steps(str(run)) is None
+    assert not checkpoints.unfinished(str(run), str(run / "ckpt-3"), None)
     # The files still say which checkpoints there are.
-    assert checkpoint.checkpoints(str(run)) == [str(run / f"ckpt-{s}") for s in (3, 2, 1)]
+    assert checkpoints.checkpoints(str(run)) == [str(run / f"ckpt-{s}") for s in (3, 2, 1)]

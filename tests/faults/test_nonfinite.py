@@ -114,6 +114,7 @@ def test_skip_counts_skipped_steps_and_stops_after_too_many_in_a_row(nonfinite_r
 def test_a_checkpoint_with_a_non_finite_weight_is_never_written(tmp_path):
     import tensorflow as tf
 
+    from runstore import checkpoints
     from tests.helpers.runs import make_model
     from training import checkpoint
 
@@ -131,5 +132,5 @@ def test_a_checkpoint_with_a_non_finite_weight_is_never_written(tmp_path):
         saver.save_best()
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "checkpoint", "ckpt-0.data-00000-of-00001", "ckpt-0.index"]
-    assert json.dumps(checkpoint.checkpoints(str(tmp_path))) == json.dumps(
+    assert json.dumps(checkpoints.checkpoints(str(tmp_path))) == json.dumps(
         [str(tmp_path / "ckpt-0")])

@@ -1,4 +1,4 @@
-"""training/run_dir.py: atomic writes, whole-line appends and temporaries, on a real full disk."""
+"""runstore/run_dir.py: atomic writes, whole-line appends and temporaries, on a real full disk."""
 
 import errno
 import os
@@ -6,8 +6,8 @@ import subprocess
 
 import pytest
 
+from runstore import run_dir
 from tests.helpers.faults import fill_disk, small_tmpfs
-from training import run_dir
 
 
 @pytest.fixture

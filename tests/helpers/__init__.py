@@ -2,6 +2,7 @@
 
     runs.py    tiny WikiText-2 builds, randomised tiny models, run directories
     layers.py  run_layer_test: the checks every Keras layer of the project passes
+    imports.py the dependency-direction rules checked on the import graph
     repository_files (here): the files of the tree that tests may read
 """
 

@@ -11,7 +11,7 @@ installed around the run:
      "faults": [fault, ...]}       # armed during the run
 
 Faults (patches of the trainer, of TensorFlow's CheckpointManager.save, of
-training.run_dir and serving.export, made by this module only):
+runstore.run_dir and serving.export, made by this module only):
 
     {"at": "step", "step": N, "signal": "SIGINT"}      the signal arrives while step N runs
                                                        ("pause": seconds added to each
@@ -318,7 +318,7 @@ def _at_save(fault, mock):
     import tensorflow as tf
     from tensorflow.python.checkpoint import functional_saver
 
-    from training import run_dir
+    from runstore import run_dir
 
     manager_class = tf.train.CheckpointManager
     original = manager_class.save
@@ -364,7 +364,7 @@ def _at_save(fault, mock):
 
 @contextlib.contextmanager
 def _at_write(fault, mock):
-    from training import run_dir
+    from runstore import run_dir
 
     original = run_dir.atomic_write
 
@@ -405,14 +405,14 @@ def _at_call(fault, mock):
 def _at_nonfinite(fault, mock):
     from training import plugins
 
-    original = plugins._registered
+    original = plugins.registered
     InjectNonFinite.SPEC = InjectNonFinite.SPEC + [(int(fault["step"]), fault["target"])]
 
     def registered():
         return (*original(), InjectNonFinite)
 
     try:
-        with mock.patch.object(plugins, "_registered", registered):
+        with mock.patch.object(plugins, "registered", registered):
             yield
     finally:
         InjectNonFinite.SPEC = []
@@ -423,7 +423,7 @@ _ARM = {"step": _at_step, "evaluation": _at_evaluation, "save": _at_save, "write
 
 
 def _plugin_base():
-    from training.plugins import Plugin
+    from training.plugins.base import Plugin
 
     return Plugin
 

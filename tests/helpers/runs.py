@@ -71,7 +71,7 @@ def make_run(model_dir, data_dir, architecture="supernet", derived="afai"):
 
     import data_utils
     from model.transformer_xl.presets import preset_config
-    from training.checkpoint import model_checkpoint
+    from runstore.checkpoints import model_checkpoint
     from training.config import TrainConfig
 
     meta = data_utils.load_meta(str(data_dir))
@@ -114,7 +114,7 @@ def make_family_run(model_dir, data_dir, family, architecture="afaf", seed=0):
 
     import data_utils
     from model.families import build_model, get_family
-    from training.checkpoint import _VariableList
+    from runstore.checkpoints import VariableList
     from training.config import TrainConfig
 
     meta = data_utils.load_meta(str(data_dir))
@@ -134,7 +134,7 @@ def make_family_run(model_dir, data_dir, family, architecture="afaf", seed=0):
     model = build_model(model_config)
     if family == "transformer_xl":
         randomize(model, seed, "afai" if architecture == "supernet" else None)
-    checkpoint = tf.train.Checkpoint(model=_VariableList(model.variables))
+    checkpoint = tf.train.Checkpoint(model=VariableList(model.variables))
     tf.train.CheckpointManager(checkpoint, os.path.join(model_dir, "best"), 1,
                                checkpoint_name="ckpt").save(checkpoint_number=1)
     return config

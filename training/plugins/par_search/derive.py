@@ -16,7 +16,7 @@ from absl import logging
 import numpy as np
 
 from model.transformer_xl import blocks, flops
-from training import run_dir
+from runstore import run_dir
 
 ARCHITECTURE_JSON = "architecture.json"
 ARCHITECTURE_TXT = "architecture.txt"

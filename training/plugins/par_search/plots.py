@@ -23,7 +23,7 @@ import numpy as np
 from PIL import Image
 
 from model.transformer_xl import blocks
-from training import run_dir
+from runstore import run_dir
 
 ARCH_HISTORY_FILE = "arch_history.json"
 _FORMAT_VERSION = 1

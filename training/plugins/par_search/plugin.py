@@ -55,9 +55,10 @@ import numpy as np
 import tensorflow as tf
 
 from model.transformer_xl import blocks, flops
-from training import run_dir, schedules
+from runstore import run_dir
+from training import schedules
 from training.config import capped_warmup
-from training.plugins import OptimizerGroup, Plugin
+from training.plugins.base import OptimizerGroup, Plugin
 from training.plugins.par_search import derive, plots
 
 # The architecture warm-up is at most this fraction of the planned steps.

@@ -66,7 +66,7 @@ def spans_figure(spans, span_max, ramp, dpi=100):
 
 def plot_spans(spans, span_max, ramp, png_path, dpi=100):
     """Writes the spans figure to `png_path` (via a temporary name) and returns the image."""
-    from training import run_dir
+    from runstore import run_dir
 
     image, fig = spans_figure(spans, span_max, ramp, dpi)
     with run_dir.atomic_output(png_path, suffix=".png") as tmp:

@@ -13,7 +13,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from training.plugins import Plugin
+from training.plugins.base import Plugin
 from training.plugins.span_report import plots as span_plots
 
 

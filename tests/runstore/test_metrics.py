@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from training.metrics import NllAccumulator, lm_metrics
+from runstore.metrics import NllAccumulator, lm_metrics
 
 
 def test_lm_metrics_hand_values():

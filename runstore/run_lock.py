@@ -36,8 +36,8 @@ import time
 
 from absl import logging
 
-from training.config import ConfigError
-from training.run_dir import LOCK_FILE
+from runstore.errors import ConfigError
+from runstore.run_dir import LOCK_FILE
 
 
 class RunDirLocked(ConfigError):

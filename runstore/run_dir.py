@@ -255,6 +255,38 @@ def _alive(pid):
     return True
 
 
+def remove_entries(directory, wanted):
+    """Removes the entries of `directory` whose name `wanted(name)` accepts (not recursive):
+    files, and directories with what they hold (a link is removed, not followed).
+
+    The one sweeper of the run store: `remove_temporaries` and
+    `runstore.checkpoints.remove_partial` differ only in what they want.
+
+    Returns:
+        The names removed (a file that cannot be removed is left out).
+    """
+    import shutil
+
+    removed = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return removed
+    for name in names:
+        if not wanted(name):
+            continue
+        path = os.path.join(directory, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                os.remove(path)
+            except OSError:
+                continue
+        removed.append(name)
+    return removed
+
+
 def remove_temporaries(directory):
     """Removes the temporaries of interrupted writes in `directory` (not recursive).
 
@@ -266,24 +298,11 @@ def remove_temporaries(directory):
     Returns:
         The names removed.
     """
-    import shutil
 
-    removed = []
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return removed
-    for name in names:
+    def wanted(name):
         ours = _OUR_TEMPORARY.match(name)
-        if ours:
-            if _alive(int(ours.group(1))):
-                continue  # another live process is writing it (e.g. evaluate.py)
-        elif not _TF_TEMPORARY.match(name):
-            continue
-        path = os.path.join(directory, name)
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            _remove(path)
-        removed.append(name)
-    return removed
+        if ours:  # unless another live process is writing it (e.g. evaluate.py)
+            return not _alive(int(ours.group(1)))
+        return bool(_TF_TEMPORARY.match(name))
+
+    return remove_entries(directory, wanted)

@@ -12,14 +12,14 @@ import textwrap
 
 import pytest
 
+from runstore.run_lock import LOCK_FILE, RunDirLocked, RunLock
 from training.config import ConfigError
-from training.run_lock import LOCK_FILE, RunDirLocked, RunLock
 
 HOST = socket.gethostname()
 # A child that takes the lock on argv[1], says so, and holds it until stdin closes.
 HOLDER = textwrap.dedent("""
     import sys
-    from training.run_lock import RunLock
+    from runstore.run_lock import RunLock
     with RunLock(sys.argv[1]):
         print("locked", flush=True)
         sys.stdin.read()
@@ -99,7 +99,7 @@ def test_second_process_exits_with_the_message(tmp_path, project_root):
     run = tmp_path / "run"
     script = textwrap.dedent("""
         import sys
-        from training.run_lock import RunDirLocked, RunLock
+        from runstore.run_lock import RunDirLocked, RunLock
         try:
             RunLock(sys.argv[1]).acquire()
         except RunDirLocked as e:

@@ -1,0 +1,128 @@
+"""The plug-in base class and the optimizer group a plug-in trains (no TensorFlow).
+
+Every hook of `Plugin` does nothing. They run in two places, and the
+grouping below says which:
+
+- inside the compiled step (traced by `tf.function`, cross-replica context):
+  `extra_losses`, `before_step`, `step_values`, and the variables they read
+  from `optimizer_groups` (called once inside `strategy.scope()`) minus
+  `inactive_variables`; `trace_key` decides when the step is traced again;
+- on the host, between steps: `create`, `checkpoint_objects`, `after_step`,
+  `should_stop`, `follow_up`, `after_follow_up`, `on_start`, `log_values`,
+  `on_log`, `on_finish`.
+
+The registry (training/plugins/__init__.py) lists the plug-ins; the config
+sections they own are listed by training/plugins/sections.py.
+"""
+
+import dataclasses
+from typing import Any, Callable
+
+
+@dataclasses.dataclass
+class OptimizerGroup:
+    """Variables trained by one optimizer.
+
+    Attributes:
+        name: group name; the checkpoint key is `<name>_optimizer`.
+        variables: the variables (a model variable group).
+        optimizer: a built Keras optimizer.
+        l2: coefficient of `l2 * w` added to the gradient of `l2_variables`
+            (PyTorch-style L2 weight decay); 0 for none.
+        l2_variables: the subset of `variables` that takes the L2 term.
+        clip_norm: global-norm clipping of this group's gradients (0: off).
+        start_step: the group is updated from this step index on.
+        learning_rate: () -> current learning rate, for logging.
+    """
+
+    name: str
+    variables: list
+    optimizer: Any
+    l2: float = 0.0
+    l2_variables: list = dataclasses.field(default_factory=list)
+    clip_norm: float = 0.0
+    start_step: int = 0
+    learning_rate: Callable | None = None
+
+
+class Plugin:
+    """Base class: every hook does nothing (see the module docstring for where each runs)."""
+
+    #: run-directory files the plug-in writes (removed by --overwrite)
+    RUN_FILES: tuple = ()
+
+    @classmethod
+    def create(cls, model, config, horizon):
+        """The plug-in for `model` trained with TrainConfig `config`, or None
+        when it does not apply. `horizon` is the number of steps the run's
+        schedules are planned for, fixed at its first start (a resumed run
+        may stop earlier or later)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------- used inside the compiled step
+
+    def optimizer_groups(self, step):
+        """OptimizerGroups of the model variables this plug-in trains.
+
+        Called once inside `strategy.scope()`. `step` is the trainer's step
+        variable (the index of the step being taken).
+        """
+        return []
+
+    def extra_losses(self):
+        """Scalar float32 losses added to each replica's loss (inside the tape),
+        divided by the number of replicas like the model's extra losses."""
+        return []
+
+    def before_step(self, step):
+        """Inside the compiled step, before the forward pass (cross-replica context)."""
+        return None  # a body besides the docstring: AutoGraph converts this method
+
+    def step_values(self, step):
+        """dict name -> scalar tensor of this step, returned with the step's outputs."""
+        return {}
+
+    def trace_key(self):
+        """Hashable; when it changes the trainer traces its compiled functions again."""
+        return None
+
+    def inactive_variables(self):
+        """Variables of the optimizer groups that no longer train (no gradient, no
+        update; they and their optimizer slots stay in the checkpoints)."""
+        return []
+
+    # ------------------------------------------------------------------ on the host
+
+    def checkpoint_objects(self):
+        """dict name -> trackable saved with every checkpoint (restored when present)."""
+        return {}
+
+    def after_step(self, step):
+        """On the host after step `step` (steps done): a list of events, each a dict
+        name -> number that the loop writes to training_log.log and TensorBoard."""
+        return []
+
+    def should_stop(self):
+        """True to end the run after the current step (evaluated and saved as a last step)."""
+        return False
+
+    def follow_up(self, config, results):
+        """A TrainConfig to train right after this run in the same command, or None."""
+        return None
+
+    def after_follow_up(self, results, followed):
+        """This run's results once the follow-up run returned `followed` (its results)."""
+        return results
+
+    def on_start(self, model_dir, resumed_step):
+        """On the host before the first step; `resumed_step` is None on a fresh run."""
+
+    def log_values(self, step, out):
+        """dict name -> number added to the logged training values at `step`."""
+        return {}
+
+    def on_log(self, step, summaries, model_dir):
+        """On the chief at every log interval (summaries: training.summaries.TrainSummaries)."""
+
+    def on_finish(self, results, model_dir, chief):
+        """At the end of training: may add entries to metrics.json's `results`."""
