@@ -143,31 +143,12 @@ def test_config_round_trip_and_registered_name():
 
 
 def test_resumes_from_its_checkpointed_slots(tmp_path):
-    import keras
-    import tensorflow as tf
-
+    from tests.helpers.optimizers import check_resumes_from_slots
     from training.optimizers.lamb_sharnn import LambSharnn
 
     start, grads = _problem(2)
-    straight = LambSharnn(learning_rate=LR, weight_decay=WD)
-    want = _run(straight, start, grads)[-1][0]
-
-    first = LambSharnn(learning_rate=LR, weight_decay=WD)
-    variables = [keras.Variable(w, name=f"w{i}") for i, w in enumerate(start)]
-    first.build(variables)
-    for step_grads in grads[:3]:
-        first.apply([tf.constant(g) for g in step_grads], variables)
-    path = tf.train.Checkpoint(weights=variables, optimizer=first).write(str(tmp_path / "ckpt"))
-
-    second = LambSharnn(learning_rate=LR, weight_decay=WD)
-    restored = [keras.Variable(np.zeros_like(w), name=f"w{i}") for i, w in enumerate(start)]
-    second.build(restored)
-    tf.train.Checkpoint(weights=restored, optimizer=second).read(path).assert_consumed()
-    assert int(second.iterations.numpy()) == 3
-    for step_grads in grads[3:]:
-        second.apply([tf.constant(g) for g in step_grads], restored)
-    for got, expected in zip(restored, want):
-        np.testing.assert_array_equal(got.numpy(), expected)
+    check_resumes_from_slots(lambda: LambSharnn(learning_rate=LR, weight_decay=WD),
+                             start, grads, tmp_path)
 
 
 @pytest.mark.parametrize("flags,pattern", [

@@ -1,0 +1,38 @@
+"""Checks shared by the tests of the project's own Keras optimizers."""
+
+import numpy as np
+
+
+def check_resumes_from_slots(make_optimizer, start, grads, directory, split=3):
+    """An optimizer restored from a checkpoint after `split` steps continues exactly.
+
+    Args:
+        make_optimizer: () -> a fresh optimizer (same settings each call).
+        start: initial weight arrays; grads: one list of gradient arrays per step.
+        directory: where the checkpoint is written.
+    """
+    import keras
+    import tensorflow as tf
+
+    def variables(values):
+        return [keras.Variable(w, name=f"w{i}") for i, w in enumerate(values)]
+
+    straight, want = make_optimizer(), variables(start)
+    straight.build(want)
+    for step_grads in grads:
+        straight.apply([tf.constant(g) for g in step_grads], want)
+
+    first, weights = make_optimizer(), variables(start)
+    first.build(weights)
+    for step_grads in grads[:split]:
+        first.apply([tf.constant(g) for g in step_grads], weights)
+    path = tf.train.Checkpoint(weights=weights, optimizer=first).write(str(directory / "ckpt"))
+
+    second, restored = make_optimizer(), variables([np.zeros_like(w) for w in start])
+    second.build(restored)
+    tf.train.Checkpoint(weights=restored, optimizer=second).read(path).assert_consumed()
+    assert int(second.iterations.numpy()) == split
+    for step_grads in grads[split:]:
+        second.apply([tf.constant(g) for g in step_grads], restored)
+    for got, expected in zip(restored, want):
+        np.testing.assert_array_equal(got.numpy(), expected.numpy())
