@@ -124,9 +124,10 @@ REAL_MODELS = [
     dict(architecture="supernet", untie_rel_bias=False),
     dict(architecture="aafi", attention="adaptive_span", untie_rel_bias=False),
     dict(architecture="ffif", untie_rel_bias=False),
-    dict(architecture="afaf", attention="adaptive_span", span_positions="learned", span_max=8),
+    dict(architecture="afaf", attention="adaptive_span", span_positions="learned", span_max=8,
+         span_ramp=4),
     dict(architecture="supernet", attention="adaptive_span", span_positions="learned",
-         span_max=6, init="pytorch"),
+         span_max=6, span_ramp=2, init="pytorch"),
 ]
 
 
