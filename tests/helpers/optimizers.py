@@ -36,3 +36,27 @@ def check_resumes_from_slots(make_optimizer, start, grads, directory, split=3):
         second.apply([tf.constant(g) for g in step_grads], restored)
     for got, expected in zip(restored, want):
         np.testing.assert_array_equal(got.numpy(), expected.numpy())
+
+
+def run_steps(optimizer, start, grads, slots=(), jit=False):
+    """Applies `optimizer` to fresh variables holding `start`, one step per entry of `grads`.
+
+    Args:
+        slots: names of the optimizer's slot lists to record (e.g. "_accumulators").
+        jit: compile the update with XLA.
+
+    Returns:
+        One tuple per step: (weight arrays, then one list of arrays per slot name).
+    """
+    import keras
+    import tensorflow as tf
+
+    variables = [keras.Variable(w, name=f"w{i}") for i, w in enumerate(start)]
+    optimizer.build(variables)
+    apply = tf.function(lambda g: optimizer.apply(g, variables), jit_compile=jit)
+    seen = []
+    for step_grads in grads:
+        apply([tf.constant(g) for g in step_grads])
+        seen.append(([v.numpy() for v in variables],
+                     *[[s.numpy() for s in getattr(optimizer, name)] for name in slots]))
+    return seen

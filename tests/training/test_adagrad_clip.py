@@ -12,6 +12,8 @@ import json
 import numpy as np
 import pytest
 
+from tests.helpers.optimizers import run_steps
+
 LR, CLIP, EPS = 0.07, 0.03, 1e-10
 STEPS = 6
 TINY = ["--preset=tiny"]
@@ -50,17 +52,7 @@ def _problem(seed=0):
 
 
 def _run(optimizer, start, grads, jit=False):
-    import keras
-    import tensorflow as tf
-
-    variables = [keras.Variable(w, name=f"w{i}") for i, w in enumerate(start)]
-    optimizer.build(variables)
-    apply = tf.function(lambda g: optimizer.apply(g, variables), jit_compile=jit)
-    seen = []
-    for step_grads in grads:
-        apply([tf.constant(g) for g in step_grads])
-        seen.append(([v.numpy() for v in variables], [a.numpy() for a in optimizer._accumulators]))
-    return seen
+    return run_steps(optimizer, start, grads, ("_accumulators",), jit)
 
 
 @pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])

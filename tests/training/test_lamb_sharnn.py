@@ -11,6 +11,8 @@ import json
 import numpy as np
 import pytest
 
+from tests.helpers.optimizers import run_steps
+
 LR, BETA_1, BETA_2, EPS, WD, MIN_TRUST, CLIP = 2e-2, 0.9, 0.999, 1e-6, 0.05, 0.25, 10.0
 STEPS = 6
 TINY = ["--model_family=sha_rnn", "--preset=sha_rnn_tiny"]
@@ -61,19 +63,7 @@ def _problem(seed=0):
 
 
 def _run(optimizer, start, grads, jit=False):
-    import keras
-    import tensorflow as tf
-
-    variables = [keras.Variable(w, name=f"w{i}") for i, w in enumerate(start)]
-    optimizer.build(variables)
-    apply = tf.function(lambda g: optimizer.apply(g, variables), jit_compile=jit)
-    seen = []
-    for step_grads in grads:
-        apply([tf.constant(g) for g in step_grads])
-        seen.append(([v.numpy() for v in variables],
-                     [m.numpy() for m in optimizer._momentums],
-                     [v.numpy() for v in optimizer._velocities]))
-    return seen
+    return run_steps(optimizer, start, grads, ("_momentums", "_velocities"), jit)
 
 
 @pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
