@@ -310,7 +310,8 @@ def main(argv):
     `interrupted at step N: ...` line; docs/faults.md)."""
     import data_utils
     from runstore.run_dir import WriteError
-    from training.loop import NonFiniteError, TrainingInterrupted, run_summary, train
+    from training.loop import NonFiniteError, TrainingInterrupted, train
+    from training.run_summary import run_summary
 
     if len(argv) > 1:
         print(f"error: unexpected arguments {argv[1:]}; all options are --flags",

@@ -19,7 +19,8 @@ def _command(summary, script):
 @pytest.mark.slow
 def test_summary_of_a_search_cut_short(tiny_config_factory, tmp_path, caplog):
     import train as train_cli
-    from training.loop import run_summary, train
+    from training.loop import train
+    from training.run_summary import run_summary
 
     config = tiny_config_factory(
         tmp_path / "search", max_steps=8, checkpoint_interval=4, log_interval=1,
@@ -70,7 +71,7 @@ def test_summary_of_a_search_cut_short(tiny_config_factory, tmp_path, caplog):
 def test_summary_of_a_finished_fixed_run():
     from model.transformer_xl.presets import preset_config
     from training.config import TrainConfig
-    from training.loop import run_summary
+    from training.run_summary import run_summary
 
     config = TrainConfig(data_dir="data/x", model_dir="runs/fixed",
                          model=preset_config("tiny", vocab_size=256, architecture="afaf"),

@@ -1,0 +1,96 @@
+"""What the console shows of a run: its end-of-run summary, durations, the cut-short note.
+
+train.py prints `run_summary` at the end of a run (a notebook calling
+`training.loop.train` can print it the same way); the loop logs
+`cut_short_note` and its ETA with `format_duration`.
+"""
+
+import os
+import shlex
+
+from training.retrain import retrain_command
+
+
+def format_duration(seconds):
+    """'1h02m', '3m05s' or '42s'."""
+    seconds = int(round(max(seconds, 0.0)))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+def default_logdir(model_dir):
+    """logs/<basename of model_dir>, so `tensorboard --logdir logs` shows every run."""
+    return os.path.join("logs", os.path.basename(os.path.normpath(model_dir)))
+
+
+def cut_short_note(step, planned):
+    """The line that says a run stopped before the end of its planned schedules."""
+    return (f"cut short: stopped at step {step} of the {planned} steps its schedules were "
+            "planned for at its first start (the learning rate, the temperature and the "
+            "warm-ups did not finish their curves); run it again with the --epochs/--max_steps "
+            "of its first start to finish the plan")
+
+
+def _result_lines(config, results):
+    """The first lines: the run, its best valid (and test) figures, its architecture."""
+    best = results.get("best") or results.get("last") or {}
+    lines = [f"finished {config.model_dir}: step {results['step']} ({config.model_family}, "
+             f"preset {config.preset})"]
+    valid, test = best.get("valid"), best.get("test")
+    if valid:
+        line = (f"best valid (step {best['step']}): perplexity {valid['perplexity']:.2f}, "
+                f"word perplexity {valid['word_perplexity']:.2f}, "
+                f"bits/byte {valid['bits_per_byte']:.4f}")
+        if test:
+            line += f"; test perplexity {test['perplexity']:.2f} at that step"
+        lines.append(line)
+    derivation = results.get("derivation")
+    if derivation:
+        note = " (untrained: NOT a search result)" if derivation.get("untrained") else ""
+        lines.append(f"derived architecture: {derivation['architecture']}{note} "
+                     f"({os.path.join(config.model_dir, 'architecture.json')})")
+    elif results.get("architecture"):
+        lines.append(f"architecture: {results['architecture']}")
+    return lines
+
+
+def run_summary(config, results):
+    """A short end-of-run summary for the console (train.py prints it).
+
+    Best valid metrics, the derived architecture of a search, where the
+    artefacts are (run directory, TensorBoard logdir) and the commands that
+    come next: retrain the derived network (after a search), generate,
+    evaluate, export, TensorBoard. A run stopped before the end of its
+    planned schedules says so in its last line (`cut_short_note`).
+
+    Args:
+        config: the run's TrainConfig.
+        results: what `train` returned (the content of metrics.json).
+
+    Returns:
+        The summary, lines joined by newlines.
+    """
+    quote = shlex.quote
+    model_dir = quote(config.model_dir)
+    logdir = config.logdir or default_logdir(config.model_dir)
+    lines = _result_lines(config, results)
+    lines.append(f"run directory: {config.model_dir}   TensorBoard logs: {logdir}")
+    lines.append("next:")
+    if results.get("derivation"):
+        lines.append(f"  {retrain_command(config)}   # retrain the derived network")
+    lines += [
+        f"  python3 generate.py --model_dir={model_dir} --prompt='The game' --seed=1",
+        f"  python3 evaluate.py --model_dir={model_dir} --split=test",
+        f"  python3 export.py --model_dir={model_dir} "
+        f"--output={quote(os.path.join(config.model_dir, 'model.keras'))}",
+        f"  tensorboard --logdir {quote(os.path.dirname(os.path.normpath(logdir)) or logdir)}",
+    ]
+    planned = results.get("planned_steps")
+    if planned and results["step"] < planned:
+        lines.append(cut_short_note(results["step"], planned))
+    return "\n".join(lines)
