@@ -331,6 +331,26 @@ def _layer_divide_and_conquer(f_next, lo, hi, weight):
     return f, arg
 
 
+def _dynamic_program(model, prefix, num_tails, min_head, layer):
+    """The cutoffs of `optimal_cutoffs`' dynamic program, each layer solved by `layer`."""
+    size = prefix.size - 1
+    # f[a]: cost of tails i..K when tail i starts at rank a (count units).
+    # Tail i can start anywhere in [min_head + i - 1, size - K + i - 1].
+    f = np.full(size + 1, np.inf)
+    last = np.arange(min_head + num_tails - 1, size)
+    f[last] = model.tail(num_tails, prefix, last, size)
+    argmins = {}
+    for i in range(num_tails - 1, 0, -1):
+        f, argmins[i] = layer(f, min_head + i - 1, size - num_tails + i - 1,
+                              functools.partial(model.tail, i, prefix))
+    heads = np.arange(min_head, size - num_tails + 1)
+    totals = model.head(heads, prefix[-1]) + f[heads]
+    cutoffs = [int(heads[np.argmin(totals)])]
+    for i in range(1, num_tails):
+        cutoffs.append(int(argmins[i][cutoffs[-1]]))
+    return cutoffs
+
+
 def optimal_cutoffs(counts, num_tails, d_model, proj_factor=4.0, proj_dims=(),
                     min_head=1, min_matmul_cols=0, matmul_overhead=0.0,
                     logit_cost=0.0, method="auto"):
@@ -392,20 +412,7 @@ def optimal_cutoffs(counts, num_tails, d_model, proj_factor=4.0, proj_dims=(),
     layer = (_layer_quadratic if method == "quadratic"
              else _layer_divide_and_conquer)
     start = time.perf_counter()
-    # f[a]: cost of tails i..K when tail i starts at rank a (count units).
-    # Tail i can start anywhere in [min_head + i - 1, size - K + i - 1].
-    f = np.full(size + 1, np.inf)
-    last = np.arange(min_head + num_tails - 1, size)
-    f[last] = model.tail(num_tails, prefix, last, size)
-    argmins = {}
-    for i in range(num_tails - 1, 0, -1):
-        f, argmins[i] = layer(f, min_head + i - 1, size - num_tails + i - 1,
-                              functools.partial(model.tail, i, prefix))
-    heads = np.arange(min_head, size - num_tails + 1)
-    totals = model.head(heads, prefix[-1]) + f[heads]
-    cutoffs = [int(heads[np.argmin(totals)])]
-    for i in range(1, num_tails):
-        cutoffs.append(int(argmins[i][cutoffs[-1]]))
+    cutoffs = _dynamic_program(model, prefix, num_tails, min_head, layer)
     result = _evaluate(values, prefix, model, cutoffs, method)
     logging.info("optimal_cutoffs: N=%d K=%d logit_cost=%g method=%s "
                  "cutoffs=%s relative cost %.4f in %.3f s", size, num_tails,

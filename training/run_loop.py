@@ -139,30 +139,32 @@ class RunLoop:
             timed_steps += 1
             logged = self.step % config.log_interval == 0 or self.step == trainer.total_steps
             if logged:
-                nll = (self._interval_nll / self._interval_steps if self._interval_steps
-                       else math.nan)
-                self._log_train(out, nll, busy / timed_steps,
-                                tokens_per_step * timed_steps / max(busy, 1e-9))
-                self._interval_nll, self._interval_steps, self._skipped = 0.0, 0, 0
+                self._log_interval(out, busy, timed_steps, tokens_per_step)
                 timed_steps, busy = 0, 0.0
             stop = any(plugin.should_stop() for plugin in trainer.plugins)
             if stop:
                 logging.info("step %d: a plug-in ends the run here", self.step)
-            last = self.step == trainer.total_steps or stop
-            if last or (config.eval_interval and self.step % config.eval_interval == 0):
-                self._evaluate_valid()
+            if self._evaluate_and_save(logged, last=self.step == trainer.total_steps or stop):
                 evaluated_at = self.step
-            if last or (config.checkpoint_interval
-                        and self.step % config.checkpoint_interval == 0):
-                self._save()
-            elif self._time_to_save(logged):
-                logging.info("step %d: %g minutes since the last checkpoint", self.step,
-                             config.checkpoint_every_minutes)
-                self._save()
         self._check_stop()
         if evaluated_at != self.step:  # a finished run started again
             self._evaluate_valid()
         return self._finish()
+
+    def _evaluate_and_save(self, logged, last):
+        """The valid evaluation and the checkpoint due after a step; True if it evaluated."""
+        config = self.config
+        evaluate = last or bool(config.eval_interval and self.step % config.eval_interval == 0)
+        if evaluate:
+            self._evaluate_valid()
+        if last or (config.checkpoint_interval
+                    and self.step % config.checkpoint_interval == 0):
+            self._save()
+        elif self._time_to_save(logged):
+            logging.info("step %d: %g minutes since the last checkpoint", self.step,
+                         config.checkpoint_every_minutes)
+            self._save()
+        return evaluate
 
     def _train_step(self, inputs, targets):
         if self.preemption is None:
@@ -261,6 +263,14 @@ class RunLoop:
         since, first = self._clock
         per_step = (time.perf_counter() - since) / (step - first)
         return f" eta {format_duration(per_step * (self.trainer.total_steps - step))}"
+
+    def _log_interval(self, out, busy, timed_steps, tokens_per_step):
+        """Logs the steps since the last logged one (mean nll of their finite steps)."""
+        nll = (self._interval_nll / self._interval_steps if self._interval_steps
+               else math.nan)
+        self._log_train(out, nll, busy / timed_steps,
+                        tokens_per_step * timed_steps / max(busy, 1e-9))
+        self._interval_nll, self._interval_steps, self._skipped = 0.0, 0, 0
 
     def _log_train(self, out, nll, step_time, tokens_per_sec):
         trainer, step = self.trainer, self.step

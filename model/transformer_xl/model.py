@@ -63,6 +63,22 @@ def update_memory(mem, block_input, mem_len):
     return tf.stop_gradient(cat[:, -mem_len:])  # [B, <=mem_len, D]
 
 
+def _model_config(config, fields):
+    """The ModelConfig of `TransformerXLLM(config)` or `TransformerXLLM(**fields)`."""
+    if config is None:
+        return ModelConfig.from_dict(fields)  # one validation for every entry point
+    if fields:
+        raise TypeError(f"give the model either a config or its fields, not both "
+                        f"(got config and {sorted(fields)})")
+    if isinstance(config, dict):
+        return ModelConfig.from_dict(config)
+    if not isinstance(config, ModelConfig):
+        raise TypeError(
+            f"config must be a ModelConfig or its dict, got {type(config).__name__}"
+        )
+    return config
+
+
 @keras.saving.register_keras_serializable(package="par")
 class TransformerXLLM(keras.Model):
     """Transformer-XL / PAR language model with explicit memory.
@@ -96,17 +112,7 @@ class TransformerXLLM(keras.Model):
 
     def __init__(self, config=None, frozen=None, **kwargs):
         fields = {k: kwargs.pop(k) for k in list(kwargs) if k in _CONFIG_FIELDS}
-        if config is None:
-            config = ModelConfig.from_dict(fields)  # one validation for every entry point
-        elif fields:
-            raise TypeError(f"give the model either a config or its fields, not both "
-                            f"(got config and {sorted(fields)})")
-        elif isinstance(config, dict):
-            config = ModelConfig.from_dict(config)
-        elif not isinstance(config, ModelConfig):
-            raise TypeError(
-                f"config must be a ModelConfig or its dict, got {type(config).__name__}"
-            )
+        config = _model_config(config, fields)
         super().__init__(**kwargs)
         self.model_config = config
         for field in _CONFIG_FIELDS:  # the fields as attributes (read-only by convention)
@@ -137,6 +143,11 @@ class TransformerXLLM(keras.Model):
             else None
         )
         self.blocks = self._make_blocks()
+        self._add_shared_attention_weights(config)
+        self._add_search_state(frozen)
+
+    def _add_shared_attention_weights(self, config):
+        """The weights every attention layer shares (created after the blocks)."""
         # untie_rel_bias=False: one pair u, v [N, H] for every attention layer
         # (the Transformer-XL reference's untie_r=False), owned and saved here
         # and passed to the layers at call time. None when untied or no block
@@ -166,6 +177,8 @@ class TransformerXLLM(keras.Model):
                 initializer=keras.initializers.RandomNormal(stddev=1.0),
             )  # P [S, H], row x - 1: distance x
 
+    def _add_search_state(self, frozen):
+        """tau, the search step and the frozen blocks (created after the shared weights)."""
         # Set by the trainer every step (set_search_state); saved with the model.
         self.tau = self.add_weight(
             name="tau",
