@@ -35,6 +35,8 @@ factories when called).
 import dataclasses
 from typing import Callable
 
+from model.transformer_xl import block_costs
+
 
 @dataclasses.dataclass(frozen=True)
 class BlockSpec:
@@ -141,15 +143,12 @@ def _no_layer(config, name, dtype, supernet=False):
 
 
 def _attention_flops(config, seq_len, mem_len, batch_size=None, span=None):
-    from model.transformer_xl import flops
-
-    return flops.attention_flops_per_token(config, seq_len, mem_len, batch_size, span)["total"]
+    costs = block_costs.attention_flops_per_token(config, seq_len, mem_len, batch_size, span)
+    return costs["total"]
 
 
 def _dense_flops(config, seq_len, mem_len, batch_size=None, span=None):
-    from model.transformer_xl import flops
-
-    return flops.dense_flops_per_token(config)
+    return block_costs.dense_flops_per_token(config)
 
 
 def _zero_flops(config, seq_len, mem_len, batch_size=None, span=None):
@@ -157,15 +156,11 @@ def _zero_flops(config, seq_len, mem_len, batch_size=None, span=None):
 
 
 def _attention_params(config):
-    from model.transformer_xl import flops
-
-    return flops.attention_param_count(config)
+    return block_costs.attention_param_count(config)
 
 
 def _dense_params(config):
-    from model.transformer_xl import flops
-
-    return flops.dense_param_count(config)
+    return block_costs.dense_param_count(config)
 
 
 def _zero_params(config):

@@ -1,8 +1,9 @@
-"""Tests for model/transformer_xl/flops.py: hand-computed FLOPs and the real models' sizes."""
+"""Tests for model/transformer_xl/flops.py and block_costs.py: hand-computed FLOPs, real sizes."""
 
 import pytest
 
 from model.transformer_xl import flops
+from model.transformer_xl.block_costs import attention_flops_per_token, dense_flops_per_token
 from model.transformer_xl.config import ModelConfig
 
 # D 8, N 2, H 4 (N*H 8), F 16, V 64, cutoffs (16, 32), tails d = 8//2 = 4 and
@@ -23,13 +24,13 @@ HEAD_ALL_TAILS = 288 + 192 + 160
 
 
 def test_attention_and_dense_by_hand():
-    parts = flops.attention_flops_per_token(TINY, seq_len=4, mem_len=4)
+    parts = attention_flops_per_token(TINY, seq_len=4, mem_len=4)
     assert parts["projections"] == 768
     assert parts["position_projection"] == 256
     assert parts["scores"] == 384
     assert parts["total"] == ATTENTION
-    assert flops.attention_flops_per_token(TINY, 4, 4, batch_size=2)["position_projection"] == 128
-    assert flops.dense_flops_per_token(TINY) == DENSE
+    assert attention_flops_per_token(TINY, 4, 4, batch_size=2)["position_projection"] == 128
+    assert dense_flops_per_token(TINY) == DENSE
 
 
 def test_forward_flops_fixed_architecture_by_hand():
@@ -73,11 +74,11 @@ def test_supernet_and_identity_architectures():
 def test_adaptive_span_trims_memory_to_span_plus_ramp():
     config = TINY.replace(attention="adaptive_span", span_max=256, span_ramp=32)
     # span 10 + ramp 32 -> 64 kept of M = 100: K = 68.
-    trimmed = flops.attention_flops_per_token(config, seq_len=4, mem_len=100, span=10)
-    assert trimmed["total"] == flops.attention_flops_per_token(TINY, seq_len=4, mem_len=64)["total"]
+    trimmed = attention_flops_per_token(config, seq_len=4, mem_len=100, span=10)
+    assert trimmed["total"] == attention_flops_per_token(TINY, seq_len=4, mem_len=64)["total"]
     # span 40 + 32 = 72 -> 128 > M: nothing trimmed.
-    full = flops.attention_flops_per_token(config, seq_len=4, mem_len=100, span=40)
-    assert full["total"] == flops.attention_flops_per_token(TINY, seq_len=4, mem_len=100)["total"]
+    full = attention_flops_per_token(config, seq_len=4, mem_len=100, span=40)
+    assert full["total"] == attention_flops_per_token(TINY, seq_len=4, mem_len=100)["total"]
     out = flops.forward_flops_per_token(config, "af", seq_len=4, mem_len=100, spans=[10])
     assert out["attention"] == trimmed["total"]
     with pytest.raises(ValueError, match="spans"):

@@ -1,0 +1,80 @@
+"""FLOPs and parameters of one block of each type (pure arithmetic, no TensorFlow).
+
+The block registry (model/transformer_xl/blocks.py) gives each block type
+these counts; model/transformer_xl/flops.py sums them over an architecture and
+adds the embedding and the output layer. Its docstring holds the size glossary
+and the counting conventions (a multiply-add is 2 FLOPs, matrix products only).
+"""
+
+import math
+
+# The adaptive-span layer keeps memory in multiples of this many positions.
+SPAN_TRIM_MULTIPLE = 64
+
+
+def _kept_memory(config, mem_len, span):
+    """Memory positions an attention layer actually uses.
+
+    Adaptive span drops memory older than max_h(z_h) + R, rounded up to a
+    multiple of SPAN_TRIM_MULTIPLE; `span` is that layer's max_h(z_h) in
+    tokens (None: untrimmed).
+    """
+    if config.attention != "adaptive_span" or span is None:
+        return mem_len
+    needed = SPAN_TRIM_MULTIPLE * math.ceil((span + config.span_ramp) / SPAN_TRIM_MULTIPLE)
+    return min(mem_len, needed)
+
+
+def attention_flops_per_token(config, seq_len, mem_len, batch_size=None, span=None):
+    """FLOPs per token of one attention block, by component.
+
+    Args:
+        config: ModelConfig.
+        seq_len: int, segment length T.
+        mem_len: int, memory length M.
+        batch_size: int or None; the position projection W_R r over K
+            positions is computed once per call and shared by the batch, so it
+            is divided by B * T (by T when None, i.e. per sequence).
+        span: float or None, the layer's largest span in tokens (adaptive
+            span only; trims the memory).
+
+    Returns:
+        dict with "projections" (q over T, k and v over K, output),
+        "position_projection" (W_R r), "scores" (content, position and the
+        weighted sum of values) and "total".
+    """
+    d, nh = config.d_model, config.num_heads * config.head_size
+    keys = _kept_memory(config, mem_len, span) + seq_len
+    projections = 2 * d * nh * (2 + 2 * keys / seq_len)  # q and o per token; k, v per key
+    position_projection = 2 * keys * d * nh / (seq_len * (batch_size or 1))
+    scores = 3 * 2 * nh * keys  # (q+u).k, (q+v).r, weights.v
+    return {
+        "projections": projections,
+        "position_projection": position_projection,
+        "scores": scores,
+        "total": projections + position_projection + scores,
+    }
+
+
+def dense_flops_per_token(config):
+    """FLOPs per token of one dense (feed-forward) block: 2 D F + 2 F D."""
+    return 4 * config.d_model * config.d_ffn
+
+
+def attention_param_count(config):
+    """Parameters of one attention block: q, k, v, W_R, o, layer norm, u, v, spans
+    (learned key positions: no W_R, u, v; their table is the model's)."""
+    d, nh = config.d_model, config.num_heads * config.head_size
+    if config.learned_key_positions:
+        return 4 * d * nh + 2 * d + config.num_heads
+    params = 5 * d * nh + 2 * d
+    if config.untie_rel_bias:
+        params += 2 * nh
+    if config.attention == "adaptive_span":
+        params += config.num_heads  # one span fraction per head
+    return params
+
+
+def dense_param_count(config):
+    """Parameters of one dense block: two kernels, two biases, layer norm."""
+    return 2 * config.d_model * config.d_ffn + config.d_ffn + 3 * config.d_model
