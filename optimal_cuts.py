@@ -5,7 +5,8 @@ ranks, `cutoffs = (c_0, ..., c_{K-1})` is strictly increasing with every
 `c_j` in `[1, N)` and the vocabulary size `N` is NOT listed. The head predicts
 ranks `[0, c_0)` plus one logit per tail; tail `i = 1..K` predicts ranks
 `[c_{i-1}, c_i)` (`c_K = N`) through a projection to `d_i` dims, see
-`tail_dims`. `K = 0` (`cutoffs = ()`) is a full softmax.
+`model.config_base.tail_dims` (the layers' formula, used here too). `K = 0`
+(`cutoffs = ()`) is a full softmax.
 
 Cost model (expected multiply-adds per token, arXiv 1609.04309 sec. 4):
 
@@ -47,6 +48,7 @@ import time
 from absl import logging
 import numpy as np
 
+from model.config_base import tail_dims
 import pardata.quiet  # noqa: F401  (TensorFlow start-up noise; before TF is imported)
 
 METHODS = ("auto", "divide_and_conquer", "quadratic")
@@ -77,19 +79,13 @@ def _check_real(name, value, lower):
     return float(value)
 
 
-def tail_dims(d_model, num_tails, proj_factor=4.0, proj_dims=()):
-    """Projection size of each tail cluster.
-
-    Args:
-        d_model: model width `d`, >= 1.
-        num_tails: number of tail clusters `K`, >= 0.
-        proj_factor: shrink factor per tail, >= 1.
-        proj_dims: explicit dims (K integers >= 1); empty or None uses
-            `proj_factor`.
+def _checked_tail_dims(d_model, num_tails, proj_factor, proj_dims):
+    """`model.config_base.tail_dims` (the formula the layers build with), its arguments
+    checked first with this module's errors (`CutoffArgumentError`, named after the flags).
 
     Returns:
         Tuple of K ints, `d_i = max(1, int(d_model // proj_factor ** i))` for
-        `i = 1..K` unless `proj_dims` is given.
+        `i = 1..K` unless `proj_dims` (K integers >= 1) is given.
     """
     d_model = _check_int("d_model", d_model, 1)
     num_tails = _check_int("num_tails", num_tails, 0)
@@ -100,9 +96,8 @@ def tail_dims(d_model, num_tails, proj_factor=4.0, proj_dims=()):
             raise CutoffArgumentError(
                 "proj_dims", f" has {len(proj_dims)} entries for num_tails="
                 f"{num_tails}; give one dim per tail or none")
-        return tuple(_check_int("proj_dims", dim, 1) for dim in proj_dims)
-    return tuple(max(1, int(d_model // proj_factor**i))
-                 for i in range(1, num_tails + 1))
+        proj_dims = tuple(_check_int("proj_dims", dim, 1) for dim in proj_dims)
+    return tail_dims(d_model, num_tails, proj_factor, proj_dims)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,7 +193,7 @@ def _setup(counts, num_tails, d_model, proj_factor, proj_dims,
             f"size {values.size} (every cluster needs a token); use fewer tails")
     model = _CostModel(
         d_model=_check_int("d_model", d_model, 1),
-        dims=tail_dims(d_model, num_tails, proj_factor, proj_dims),
+        dims=_checked_tail_dims(d_model, num_tails, proj_factor, proj_dims),
         min_matmul_cols=_check_int("min_matmul_cols", min_matmul_cols, 0),
         matmul_overhead=_check_real("matmul_overhead", matmul_overhead, 0.0),
         logit_cost=_check_real("logit_cost", logit_cost, 0.0))

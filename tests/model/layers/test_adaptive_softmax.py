@@ -1,6 +1,8 @@
 """Numerical tests of model/layers/adaptive_softmax.py against float64 NumPy references."""
 
+import fractions
 import json
+import math
 
 import keras
 import numpy as np
@@ -81,16 +83,33 @@ def test_tail_dims_formula():
     assert tuple(layer.head_kernel.shape) == (64, 13)
 
 
-def test_tail_dims_agree_with_optimal_cuts():
-    import optimal_cuts  # the cutoff solver implements the formula independently
+def _exact_tail_dims(d_model, num_tails, factor):
+    """d_i = max(1, floor(d_model / factor**i)), in exact rational arithmetic."""
+    factor = fractions.Fraction(factor)
+    return tuple(max(1, math.floor(fractions.Fraction(d_model) / factor**i))
+                 for i in range(1, num_tails + 1))
 
+
+def test_tail_dims_against_exact_arithmetic():
     for d_model in (1, 2, 7, 64, 100, 128, 410, 1024):
         for factor in (1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 8.0):
             for k in range(6):
-                assert tail_dims(d_model, k, factor) == optimal_cuts.tail_dims(
-                    d_model, k, factor
-                ), (d_model, factor, k)
-    assert optimal_cuts.tail_dims(64, 2, proj_dims=(9, 4)) == tail_dims(64, 2, proj_dims=(9, 4))
+                assert tail_dims(d_model, k, factor) == _exact_tail_dims(d_model, k, factor), (
+                    d_model, factor, k)
+
+
+def test_optimal_cuts_prices_the_dims_the_layer_builds():
+    import optimal_cuts  # the solver calls model.config_base.tail_dims, the layers' formula
+
+    counts = np.arange(V, 0, -1)
+    cases = [((6,), 2.0, ()), ((4, 9, 15), 2.0, ()), ((4, 9, 15), 1.5, ()),
+             ((4, 9), 4.0, (5, 3))]
+    for cutoffs, factor, proj_dims in cases:
+        layer = AdaptiveSoftmax(V, D, cutoffs=cutoffs, proj_factor=factor, proj_dims=proj_dims)
+        built = tuple(int(kernel.shape[0]) for kernel in layer.tail_kernels)
+        result = optimal_cuts.cutoff_cost(counts, cutoffs, D, factor, proj_dims)
+        assert result.tail_dims == layer.tail_dims == built, (cutoffs, factor, proj_dims)
+    assert built == (5, 3)
 
 
 @pytest.mark.parametrize("cutoffs,proj_factor", CONFIGS)
