@@ -32,11 +32,15 @@ from training.config import ConfigError, TrainConfig
 
 _DEFAULTS = {f.name: f.default for f in TrainConfig.flag_fields()
              if f.default is not dataclasses.MISSING}
-# The plug-ins' config sections: section name -> its fields (each a flag).
-_SECTION_FIELDS = {name: section.flag_fields()
-                   for name, section in TrainConfig.section_fields().items()}
 # Model flags that are parsed from strings by hand (shared by the families).
 _SPECIAL_MODEL_FLAGS = ("architecture", "cutoffs", "proj_dims")
+
+
+def section_flag_fields():
+    """The registered plug-ins' config sections: section name -> its fields that are flags
+    (all but those marked "flag": False), read when the flags are defined."""
+    return {name: [f for f in dataclasses.fields(section) if f.metadata.get("flag", True)]
+            for name, section in TrainConfig.section_fields().items()}
 
 
 def _flag_kind(field):
@@ -88,9 +92,23 @@ def _model_flag_help(name, owners):
     return text + " Default: the preset's."
 
 
-# Flag groups in --help order (the [group] at the start of each help text).
-GROUPS = ("data", "model", "search", "optimisation", "schedule", "run length", "evaluation",
+# TrainConfig's flag groups in --help order (the [group] at the start of each help
+# text); the plug-ins' sections' groups come after "model" (`flag_groups`).
+GROUPS = ("data", "model", "optimisation", "schedule", "run length", "evaluation",
           "checkpoints", "logging", "distribution", "performance")
+
+
+def flag_groups():
+    """GROUPS with the groups of the registered plug-ins' flags (in registry order) after
+    "model", e.g. the PAR search's "search"."""
+    extra = []
+    for fields in section_flag_fields().values():
+        for field in fields:
+            group = field.metadata["group"]
+            if group not in GROUPS and group not in extra:
+                extra.append(group)
+    at = GROUPS.index("model") + 1
+    return GROUPS[:at] + tuple(extra) + GROUPS[at:]
 
 
 def define_flags(fv=flags.FLAGS):
@@ -115,12 +133,13 @@ def define_flags(fv=flags.FLAGS):
         args = [list(field.metadata["choices"])] if kind == "enum" else []
         define(kind, field.name, default, group, help_, *args)
 
-    fields = TrainConfig.flag_fields() + [f for section in _SECTION_FIELDS.values()
+    fields = TrainConfig.flag_fields() + [f for section in section_flag_fields().values()
                                           for f in section]
-    unknown = sorted({f.metadata["group"] for f in fields} - set(GROUPS))
+    groups = flag_groups()
+    unknown = sorted({f.metadata["group"] for f in fields} - set(groups))
     if unknown:
         raise ValueError(f"TrainConfig fields in groups {unknown} that GROUPS does not list")
-    for group in GROUPS:
+    for group in groups:
         for field in fields:
             if field.metadata["group"] == group:
                 default = field.metadata.get("flag_default", field.default)
@@ -272,12 +291,13 @@ def config_from_flags(fv):
     meta = data_utils.load_meta(fv.data_dir)
     family, preset, model = _model_config(fv, meta)
     values = {name: fv[name].value for name in _DEFAULTS if name in fv}
-    for section, fields in _SECTION_FIELDS.items():
+    sections = section_flag_fields()
+    for section, fields in sections.items():
         values[section] = {f.name: fv[f.name].value for f in fields}
     # The preset's recommended training settings, where no flag was given.
     for name, value in family.train_defaults.get(preset, {}).items():
         if not fv[name].present:
-            section = next((s for s, fields in _SECTION_FIELDS.items()
+            section = next((s for s, fields in sections.items()
                             if name in {f.name for f in fields}), None)
             (values[section] if section else values)[name] = value
     values.update(

@@ -192,7 +192,7 @@ class Case:
         and architecture logits, global-norm clipping, Adam on the weights
         (the logits stay frozen, as in the trainer case)."""
         from model.families import build_model
-        from training.schedules import tau_at
+        from training.plugins.par_search.schedules import tau_at
 
         model = build_model(self.config)
         self._freeze(model)

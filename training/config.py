@@ -12,17 +12,18 @@ the number of replicas of the strategy, a previous run in `model_dir`) are
 the functions `check_data`, `check_replicas` (with `check_batch_split`) and
 `check_resume`; each raises `ConfigError` before anything is written.
 
-Run length and schedules: the learning-rate decay, the Gumbel temperature
-annealing and the warm-ups are planned for the run's *horizon*, its total
-steps at the first start (`total_steps`), which a resumed run keeps even when
---max_steps/--epochs change how long it runs (training/trainer.py). The
-warm-ups are capped at a fraction of the horizon (`capped_warmup`):
---warmup_steps at --warmup_fraction (default `WARMUP_FRACTION`, 10%; the
-SHA-RNN/LSTM presets 50%) and --arch_warmup_steps at 20%
-(training/plugins/par_search/plugin.py), so a short run still warms up, then trains.
+Run length and schedules (training/plan.py, re-exported here): the
+learning-rate decay, the plug-ins' schedules and the warm-ups are planned for
+the run's *horizon*, its total steps at the first start (`total_steps`),
+which a resumed run keeps even when --max_steps/--epochs change how long it
+runs (training/trainer.py). The warm-ups are capped at a fraction of the
+horizon (`capped_warmup`): --warmup_steps at --warmup_fraction (default
+`WARMUP_FRACTION`, 10%; the SHA-RNN/LSTM presets 50%), so a short run still
+warms up, then trains.
 """
 
 import dataclasses
+import functools
 import json
 import os
 from typing import Any
@@ -32,11 +33,15 @@ from model.config_base import ConfigBase, cutoffs_problem, field
 from runstore import run_dir
 from runstore.errors import ConfigError
 from runstore.run_dir import CONFIG_FILE
+from training import plugins
 from training.optimizers import OPTIMIZERS as _OPTIMIZER_TABLE
 from training.optimizers import OPTION_FIELDS as _OPTIMIZER_OPTIONS
-from training.plugins.par_search import config as search_config
-from training.plugins.par_search.config import SearchConfig
-from training.plugins.sections import config_sections
+from training.plan import (  # noqa: F401  (the run's plan, for the callers that read it here)
+    LR_SCHEDULES,
+    WARMUP_FRACTION,
+    capped_warmup,
+    total_steps,
+)
 
 NONFINITE_POLICIES = ("stop", "skip")
 # At least two checkpoints are kept: a damaged newest one leaves one to resume from.
@@ -44,22 +49,28 @@ MIN_KEEP_CHECKPOINTS = 2
 STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 OPTIMIZERS = tuple(_OPTIMIZER_TABLE)
-# The schedule names (training/schedules.py implements them and imports these,
-# so that validating flags does not have to import TensorFlow).
-LR_SCHEDULES = ("cosine", "linear", "constant", "inverse_sqrt")
-TAU_SCHEDULES = search_config.TAU_SCHEDULES
 SPLITS = ("train", "valid", "test")
-# The learning-rate warm-up is at most this fraction of the planned steps
-# (the default of --warmup_fraction).
-WARMUP_FRACTION = 0.1
 
 # Fields that may change when a run is resumed: how long it runs, how often it
-# evaluates, saves and logs. Everything else must match the saved config.
+# evaluates, saves and logs (and the fields of the plug-ins' sections each
+# registration names: `resumable_fields`). Everything else must match the saved config.
 RESUMABLE_FIELDS = frozenset({
     "epochs", "max_steps", "eval_interval", "eval_max_records", "eval_mem_len",
     "sample_tokens", "checkpoint_interval", "keep_checkpoints", "log_interval",
     "logdir", "batch_split", "checkpoint_every_minutes", "on_nonfinite", "max_nonfinite_steps",
-} | {f"{search_config.SECTION}.{name}" for name in search_config.RESUMABLE})
+})
+
+
+def config_sections():
+    """name -> config section class of the registered plug-ins (training/plugins)."""
+    return plugins.config_sections()
+
+
+def resumable_fields():
+    """RESUMABLE_FIELDS and the registered plug-ins' resumable section fields, dotted
+    ("search.freeze_threshold")."""
+    return RESUMABLE_FIELDS | {f"{r.section}.{name}" for r in plugins.registrations()
+                               if r.section for name in r.resumable}
 
 
 def _field(default, group, help, choices=None, **metadata):  # noqa: A002
@@ -78,11 +89,16 @@ class TrainConfig(ConfigBase):
     """Everything a training run needs besides the data files.
 
     Every field is a train.py flag of the same name (but `model`, the model
-    family's config, and the plug-ins' sections such as `search`, whose
-    fields are flags of their own); its help text, group and choices live in
-    the field's metadata, and train.py generates the flags from them. A
-    section may be given as a dict (config.json, tests). Notes beyond the
-    help texts:
+    family's config); its help text, group and choices live in the field's
+    metadata, and train.py generates the flags from them.
+
+    Besides the fields, a TrainConfig holds one section per registered plug-in
+    that has one (training/plugins: `Registration.section`), e.g. `search`,
+    the PAR search's `SearchConfig`: given by its name to the constructor or
+    `replace` (an instance or its dict, as in config.json), read as an
+    attribute (`config.search.tau_start`) or from `sections`, written to
+    config.json under its name; each of its fields is a train.py flag of its
+    own. A section not given takes its defaults. Notes beyond the help texts:
 
     - batch_split must divide the per-replica batch B/R: each replica runs its
       rows as micro-batches of B/(R*batch_split) consecutive rows (each with
@@ -125,11 +141,6 @@ class TrainConfig(ConfigBase):
                           **_FROM_ELSEWHERE)
     eval_mem_len: int = _field(16, "model", "Memory length at evaluation, >= 0 (default: "
                                "--mem_len).", **_FROM_ELSEWHERE)
-    # The plug-ins' sections (training/plugins: CONFIG_SECTIONS): each field of a
-    # section is a flag of its own, e.g. --tau_start of the PAR search's.
-    search: Any = dataclasses.field(default_factory=SearchConfig, metadata={
-        "help": "The PAR search's settings (training/plugins/par_search/config.py).",
-        "group": "search", "flag": False, "section": True})
     # Optimisation of the weights.
     optimizer: str = _field(
         "adam", "optimisation", "Weights optimizer (training/optimizers/): " + " ".join(
@@ -227,18 +238,65 @@ class TrainConfig(ConfigBase):
         if not isinstance(self.model, family.config_class):
             raise ConfigError(f"model must be a {family.config_class.__name__} for "
                               f"--model_family={family.name}, got {type(self.model).__name__}")
+        given = self.__dict__.get("_sections", {})
+        sections = {}
         for name, section in config_sections().items():
-            value = getattr(self, name)
-            if isinstance(value, dict):
+            value = given.get(name)
+            if value is None:
+                value = section()
+            elif isinstance(value, dict):
                 try:
                     value = section.from_dict(value)
                 except (ValueError, TypeError) as error:
                     raise ConfigError(str(error)) from None
-                object.__setattr__(self, name, value)
             if not isinstance(value, section):
                 raise ConfigError(f"{name} must be a {section.__name__} or its dict, got "
                                   f"{type(value).__name__}")
+            sections[name] = value
+        object.__setattr__(self, "_sections", sections)
         super().__post_init__()
+
+    # ------------------------------------------------ the plug-ins' sections
+
+    @property
+    def sections(self):
+        """name -> the config section of each registered plug-in that has one."""
+        return dict(self.__dict__["_sections"])
+
+    def __getattr__(self, name):
+        # Only for names that are not fields: the sections (config.search).
+        sections = self.__dict__.get("_sections", {})
+        if name in sections:
+            return sections[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __eq__(self, other):
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return all(getattr(self, f.name) == getattr(other, f.name)
+                   for f in dataclasses.fields(self)) and self.sections == other.sections
+
+    def __repr__(self):
+        values = [f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self)]
+        values += [f"{name}={value!r}" for name, value in self.sections.items()]
+        return f"{type(self).__name__}({', '.join(values)})"
+
+    @classmethod
+    def check_known(cls, names):
+        sections = config_sections()
+        super().check_known([name for name in names if name not in sections])
+
+    def replace(self, **changes):
+        """A copy with some fields or sections changed (validated again)."""
+        self.check_known(changes)
+        return dataclasses.replace(self, **{**self.sections, **changes})
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly dict: the fields, the model under "model", each section under
+        its name."""
+        values = super().to_dict()
+        values.update({name: value.to_dict() for name, value in self.sections.items()})
+        return values
 
     @classmethod
     def flag_fields(cls):
@@ -300,7 +358,7 @@ class TrainConfig(ConfigBase):
 
     @classmethod
     def section_fields(cls):
-        """name -> section class of the plug-ins' config sections (fields of TrainConfig)."""
+        """name -> section class of the plug-ins' config sections (each field a flag)."""
         return config_sections()
 
     @classmethod
@@ -308,10 +366,14 @@ class TrainConfig(ConfigBase):
         """Inverse of `to_dict` (the model config nested under "model", the plug-ins'
         sections under their names); unknown keys raise a ConfigError listing them.
 
-        Older config.json files had the search fields at the top level: they are
-        moved into the "search" section (`par_search.config.migrate_flat`).
+        Older config.json files may hold a section's fields in an older form
+        (the PAR search's at the top level): each registration's `migrate`
+        moves them into its section.
         """
-        values = search_config.migrate_flat(dict(values))
+        values = dict(values)
+        for registration in plugins.registrations():
+            if registration.migrate is not None:
+                values = registration.migrate(values)
         cls.check_known(values)
         values = dict(values)
         # Runs written when one kept checkpoint was allowed keep the minimum now.
@@ -343,23 +405,20 @@ class TrainConfig(ConfigBase):
             return cls.from_dict(json.load(f))
 
 
-def total_steps(config, train_records):
-    """Number of training steps of the run (max_steps or epochs * records)."""
-    return config.max_steps or config.epochs * train_records
+def _accept_sections(init):
+    """The dataclass __init__ of TrainConfig, taking the plug-ins' sections by name too."""
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        names = config_sections()
+        object.__setattr__(self, "_sections", {k: kwargs.pop(k) for k in list(kwargs)
+                                               if k in names})
+        init(self, *args, **kwargs)
+
+    return __init__
 
 
-def capped_warmup(steps, horizon, fraction):
-    """A warm-up length capped at `fraction` of the planned steps.
-
-    `min(steps, floor(fraction * horizon))`: the flag value is a cap, so a
-    run shorter than the warm-up it asks for still warms up, then trains.
-
-    Args:
-        steps: the requested warm-up (--warmup_steps, --arch_warmup_steps).
-        horizon: the run's planned total steps.
-        fraction: largest share of the horizon spent warming up.
-    """
-    return min(int(steps), int(fraction * horizon))
+TrainConfig.__init__ = _accept_sections(TrainConfig.__init__)
 
 
 def _divisors(n):
@@ -456,11 +515,12 @@ def incompatible_fields(old, new):
     old_d["data_dir"] = os.path.realpath(old_d["data_dir"])
     new_d["data_dir"] = os.path.realpath(new_d["data_dir"])
     nested = ("model", *config_sections())
-    diff = [k for k in new_d if k not in nested and k not in RESUMABLE_FIELDS
+    resumable = resumable_fields()
+    diff = [k for k in new_d if k not in nested and k not in resumable
             and old_d.get(k) != new_d[k]]
     for name in nested:
-        diff += [f"{name}.{k}" for k in new_d[name] if f"{name}.{k}" not in RESUMABLE_FIELDS
-                 and old_d[name].get(k) != new_d[name][k]]
+        diff += [f"{name}.{k}" for k in new_d[name] if f"{name}.{k}" not in resumable
+                 and old_d.get(name, {}).get(k) != new_d[name][k]]
     return sorted(diff)
 
 

@@ -1,4 +1,4 @@
-"""Learning-rate schedules and the Gumbel-softmax temperature annealing.
+"""Learning-rate schedules.
 
 Learning rate: a linear warmup from 0 (constant: from peak / warmup, the
 SHA-RNN reference's count) to `peak_lr` over `warmup_steps`, then a
@@ -9,9 +9,9 @@ periodic cosine. Or, after the same warmup, the inverse square root decay of
 Transformer-XL (`peak_lr * sqrt(warmup_steps / step)`, floored at `min_lr`),
 which has no end.
 
-Temperature: `tau_at` anneals the Gumbel-softmax temperature of the PAR
-supernet (Mandava et al. 2020, arXiv 2009.04534) from `tau_start` to `tau_end`,
-exponentially by default, and holds `tau_end` afterwards.
+A plug-in's own schedules live in its package (the PAR search's temperature:
+training/plugins/par_search/schedules.py); `is_python_number` tells a step
+given on the host from a tensor.
 """
 
 import math
@@ -20,13 +20,13 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from training.config import LR_SCHEDULES, TAU_SCHEDULES  # the names live with the flags
+from training.plan import LR_SCHEDULES  # the names live without TensorFlow, for the flags
 
 
 def _check_lr_args(peak_lr, warmup_steps, decay_steps, min_lr):
-    if not (_is_python_number(peak_lr) and math.isfinite(peak_lr) and peak_lr > 0):
+    if not (is_python_number(peak_lr) and math.isfinite(peak_lr) and peak_lr > 0):
         raise ValueError(f"peak_lr must be a finite number > 0, got {peak_lr!r}")
-    if not (_is_python_number(min_lr) and 0 <= min_lr <= peak_lr):
+    if not (is_python_number(min_lr) and 0 <= min_lr <= peak_lr):
         raise ValueError(f"min_lr must be in [0, peak_lr={peak_lr}], got {min_lr!r}")
     for name, value in (("warmup_steps", warmup_steps), ("decay_steps", decay_steps)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
@@ -38,7 +38,8 @@ def _check_lr_args(peak_lr, warmup_steps, decay_steps, min_lr):
         )
 
 
-def _is_python_number(value):
+def is_python_number(value):
+    """True for a Python or NumPy number that is not a bool (a step given on the host)."""
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
 
 
@@ -199,47 +200,3 @@ def make_lr_schedule(kind, peak_lr, warmup_steps, decay_steps, min_lr=0.0):
         min_lr = peak_lr
     return _SCHEDULE_CLASSES[kind](peak_lr, warmup_steps, decay_steps, min_lr)
 
-
-def tau_at(step, tau_start, tau_end, anneal_steps, kind="exponential"):
-    """Gumbel-softmax temperature at `step`, annealed from `tau_start` to `tau_end`.
-
-    exponential: `tau_start * (tau_end / tau_start) ** (step / anneal_steps)`;
-    linear: `tau_start + (tau_end - tau_start) * step / anneal_steps`.
-    Exactly `tau_start` at step 0 and exactly `tau_end` from `anneal_steps` on
-    (the annealing never overshoots or restarts).
-
-    Args:
-        step: training step, a Python/NumPy number or a TF tensor/variable.
-        tau_start: temperature at step 0 (> 0).
-        tau_end: temperature from `anneal_steps` on (> 0).
-        anneal_steps: annealing length (>= 0; 0 means `tau_end` at every step).
-        kind: "exponential" or "linear".
-
-    Returns:
-        A Python float for a Python/NumPy step, else a float32 scalar tensor.
-
-    Raises:
-        ValueError: unknown kind or non-positive temperatures.
-    """
-    if kind not in TAU_SCHEDULES:
-        raise ValueError(f"unknown tau schedule {kind!r}; expected one of {TAU_SCHEDULES}")
-    if not (tau_start > 0 and tau_end > 0):
-        raise ValueError(f"tau_start and tau_end must be > 0, got {tau_start} and {tau_end}")
-    if anneal_steps < 0:
-        raise ValueError(f"anneal_steps must be >= 0, got {anneal_steps}")
-    if _is_python_number(step):
-        if step >= anneal_steps:
-            return float(tau_end)
-        frac = max(float(step), 0.0) / anneal_steps
-        if kind == "exponential":
-            return float(tau_start * (tau_end / tau_start) ** frac)
-        return float(tau_start + (tau_end - tau_start) * frac)
-    step = tf.cast(step, tf.float32)
-    frac = tf.clip_by_value(step / max(float(anneal_steps), 1.0), 0.0, 1.0)
-    start = tf.constant(tau_start, tf.float32)
-    if kind == "exponential":
-        # pow(x, 0) is exactly 1, so step 0 gives tau_start bit for bit.
-        tau = start * tf.pow(tf.constant(tau_end / tau_start, tf.float32), frac)
-    else:
-        tau = start + (tau_end - tau_start) * frac
-    return tf.where(step >= float(anneal_steps), tf.constant(tau_end, tf.float32), tau)

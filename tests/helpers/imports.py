@@ -4,21 +4,15 @@ import graph (tests/test_import_graph.py) and on the names generic code uses
 
 FAMILY_MODULES = ("model.transformer_xl", "model.sha_rnn")
 PLUGIN_PACKAGES = "training.plugins."
-# The plug-in registries, the only generic files that name the plug-ins.
+# The plug-in registry, the only generic file that names the plug-ins.
 REGISTRIES = {
-    "training.plugins": "the registry of the plug-in classes (training/plugins/__init__.py)",
-    "training.plugins.sections": "the registry of the plug-ins' config sections",
+    "training.plugins": "the registry of the plug-ins (training/plugins/__init__.py)",
 }
 GENERIC_PLUGIN_FILES = {"training.plugins.base", *REGISTRIES}
 # Circles allowed by name (none: every circle, lazy imports included, is an error).
 ALLOWED_CIRCLES = set()
-# Imports that break the rule today and are named here until they move ("the generic
-# trainer knows no plug-in"): the PAR search's config section is still a field of
-# TrainConfig, and the architecture summaries still read the block registry.
-PENDING = {
-    ("training.config", "training.plugins.par_search.config"),
-    ("training.summaries", "model.transformer_xl.blocks"),
-}
+# Imports that break the rule today and are named here until they move (none left).
+PENDING = set()
 
 
 def is_family(module):

@@ -1,4 +1,5 @@
-"""Learning-rate schedules and tau annealing against hand-computed values."""
+"""Learning-rate schedules (training/schedules.py) and the PAR search's tau annealing
+(training/plugins/par_search/schedules.py) against hand-computed values."""
 
 import json
 import math
@@ -9,7 +10,9 @@ import pytest
 import tensorflow as tf
 
 from training import schedules
-from training.schedules import WarmupCosineSchedule, make_lr_schedule, tau_at
+from training.plugins.par_search import schedules as tau_schedules
+from training.plugins.par_search.schedules import tau_at
+from training.schedules import WarmupCosineSchedule, make_lr_schedule
 
 
 def lr(schedule, step):
@@ -194,4 +197,4 @@ def test_tau_zero_anneal_steps_and_errors():
         tau_at(0, 1.0, 0.0, 10)
     with pytest.raises(ValueError, match="anneal_steps"):
         tau_at(0, 1.0, 0.1, -1)
-    assert schedules.TAU_SCHEDULES == ("exponential", "linear")
+    assert tau_schedules.TAU_SCHEDULES == ("exponential", "linear")

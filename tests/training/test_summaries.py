@@ -1,4 +1,5 @@
-"""TrainSummaries: write events, read them back, check tags, values and image."""
+"""TrainSummaries and the plug-ins' summaries written through it (the PAR search's
+architecture, the adaptive spans): write events, read them back, check tags, values and image."""
 
 import glob
 import io
@@ -9,7 +10,9 @@ from PIL import Image
 import pytest
 import tensorflow as tf
 
-from training.summaries import TrainSummaries, arch_image
+from training.plugins.par_search.summaries import arch_image, write_architecture
+from training.plugins.span_report.plugin import write_spans
+from training.summaries import TrainSummaries
 
 
 def read_events(directory):
@@ -54,7 +57,7 @@ def test_scalars_per_split(tmp_path):
 
 def test_architecture_scalars_and_image(tmp_path):
     with TrainSummaries(tmp_path) as s:
-        s.architecture(3, PROBS)
+        write_architecture(s, 3, PROBS)
     ev = read_events(tmp_path / "train")
     assert float(ev["arch/block_00/attention"][0][1]) == pytest.approx(0.7)
     assert float(ev["arch/block_01/dense"][0][1]) == pytest.approx(0.8)
@@ -86,7 +89,7 @@ def test_arch_image_colors_follow_probability():
 
 def test_spans_text_and_bad_split(tmp_path):
     s = TrainSummaries(tmp_path)
-    s.spans(5, [np.array([10.0, 200.0]), tf.constant([0.0, 1024.0])])
+    write_spans(s, 5, [np.array([10.0, 200.0]), tf.constant([0.0, 1024.0])])
     s.text(5, "samples/valid", "the cat sat")
     s.flush()
     ev = read_events(tmp_path / "train")

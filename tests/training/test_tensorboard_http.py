@@ -20,7 +20,8 @@ import numpy as np
 from PIL import Image
 import pytest
 
-from training.summaries import TrainSummaries, arch_image
+from training.plugins.par_search.summaries import arch_image, write_architecture
+from training.summaries import TrainSummaries
 
 STARTUP_TIMEOUT_S = 90
 LOSSES = [6.0, 5.5, 5.1, 4.8]
@@ -41,8 +42,8 @@ def write_run(logdir):
                 "lr_weights": 1e-3 * step, "lr_arch": 1e-2,
             })
         s.scalars("valid", 3, {"loss": 5.0, "perplexity": float(np.exp(5.0))})
-        s.architecture(0, np.full((3, 3), 1 / 3))
-        s.architecture(3, probs)
+        write_architecture(s, 0, np.full((3, 3), 1 / 3))
+        write_architecture(s, 3, probs)
     return probs
 
 

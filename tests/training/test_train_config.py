@@ -116,9 +116,11 @@ def test_unknown_fields_are_listed(tmp_path):
 
 def test_schedule_names_match_the_schedules_module():
     from training import schedules
+    from training.plugins.par_search import config as search_config
+    from training.plugins.par_search import schedules as tau_schedules
 
     assert config_lib.LR_SCHEDULES == schedules.LR_SCHEDULES
-    assert config_lib.TAU_SCHEDULES == schedules.TAU_SCHEDULES
+    assert search_config.TAU_SCHEDULES == tau_schedules.TAU_SCHEDULES
 
 
 def test_total_steps(tmp_path):

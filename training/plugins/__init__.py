@@ -14,37 +14,82 @@ otherwise) and may:
 - keep state in the checkpoints (`checkpoint_objects`, optional: restored
   when the checkpoint has it);
 - act on the host after every step (`after_step`, returning events the
-  loop logs), log, summarise, resume and finish (`on_start`, `on_log`,
-  `on_finish`).
+  loop logs), log, write its TensorBoard summaries (`on_log`), resume and
+  finish (`on_start`, `on_finish`).
 
-A plug-in may own a section of the training config (`CONFIG_SECTIONS`, a
-`ConfigBase` dataclass whose fields are train.py flags; `TrainConfig` holds
-it as a field of that name). A plug-in decides whether it applies from what
-the model can do (e.g. `arch_variables`), not from its family's name.
+Each plug-in package declares itself in its `__init__.py`: a `Registration`
+(training/plugins/base.py) named `PLUGIN`, read without TensorFlow, with its
+class (loaded lazily), its config section (a `ConfigBase` dataclass whose
+fields are train.py flags; `TrainConfig` holds it under the section's name,
+`config.search`), the section's resumable fields and the migration of older
+config.json files. Everything else the plug-in owns (its schedules, its
+summaries, its files) lives in its package. A plug-in decides whether it
+applies from what the model can do (e.g. `arch_variables`), not from its
+family's name.
 
-The trainer and the loop know only this class. Registered plug-ins, each a
-package owning its parts: `par_search` (ParSearch: architecture optimizer,
-Gumbel temperature, progressive freezing, architecture summaries and
-history, derivation and plots; its config section `search`) and
-`span_report` (SpanReport: learned attention spans and their figure).
-Adding one means a package here, an entry in `registered` and, when it owns
-a config section, an entry in `sections.py`. The base class and its hooks are
-in `base.py`.
+This file is the registry, the one generic file that names the plug-ins:
+`par_search` (ParSearch: architecture optimizer, Gumbel temperature,
+progressive freezing, architecture summaries and history, derivation and
+plots; its config section `search`) and `span_report` (SpanReport: learned
+attention spans and their figure). Adding one means a package here and its
+line in `_REGISTERED`. The trainer, the loop and the config know only this
+module and the base class (training/plugins/base.py). `register` adds a
+plug-in at run time (tests, experiments).
 """
 
-from training.plugins.base import OptimizerGroup, Plugin
-from training.plugins.sections import config_sections
+from training.plugins import par_search, span_report
+from training.plugins.base import OptimizerGroup, Plugin, Registration
 
-__all__ = ["OptimizerGroup", "Plugin", "config_sections", "make_plugins", "registered",
-           "run_files"]
+__all__ = ["OptimizerGroup", "Plugin", "Registration", "config_sections", "make_plugins",
+           "register", "registered", "registrations", "run_files", "unregister"]
+
+# The registered plug-ins, in the order they are applied: one line each.
+_REGISTERED = [
+    par_search.PLUGIN,
+    span_report.PLUGIN,
+]
+
+
+def registrations():
+    """The `Registration`s of the registered plug-ins, in registry order (no TensorFlow)."""
+    return tuple(_REGISTERED)
+
+
+def register(registration):
+    """Adds a plug-in after the registered ones (`unregister` removes it).
+
+    Raises:
+        ValueError: its name, section or one of its flags is taken.
+    """
+    taken_flags = {f.name for r in _REGISTERED for f in r.flag_fields()}
+    for other in _REGISTERED:
+        if registration.name == other.name or (
+                registration.section and registration.section == other.section):
+            raise ValueError(f"plug-in {registration.name}: the name or section "
+                             f"{registration.section!r} is taken by plug-in {other.name}")
+    clash = sorted(taken_flags & {f.name for f in registration.flag_fields()})
+    if clash:
+        raise ValueError(f"plug-in {registration.name}: flags {clash} are taken")
+    _REGISTERED.append(registration)
+
+
+def unregister(name):
+    """Removes the plug-in registered as `name` (KeyError when there is none)."""
+    for index, registration in enumerate(_REGISTERED):
+        if registration.name == name:
+            del _REGISTERED[index]
+            return
+    raise KeyError(f"no plug-in {name!r} is registered")
+
+
+def config_sections():
+    """name -> config section class of the registered plug-ins (no TensorFlow)."""
+    return {r.section: r.config for r in _REGISTERED if r.section is not None}
 
 
 def registered():
-    """The registered plug-in classes, in the order they are applied."""
-    from training.plugins.par_search.plugin import ParSearch
-    from training.plugins.span_report.plugin import SpanReport
-
-    return (ParSearch, SpanReport)
+    """The registered plug-in classes, in the order they are applied (loads them)."""
+    return tuple(r.load() for r in _REGISTERED)
 
 
 def make_plugins(model, config, horizon):

@@ -11,12 +11,57 @@ grouping below says which:
   `should_stop`, `follow_up`, `after_follow_up`, `on_start`, `log_values`,
   `on_log`, `on_finish`.
 
-The registry (training/plugins/__init__.py) lists the plug-ins; the config
-sections they own are listed by training/plugins/sections.py.
+A plug-in package declares itself in one place, a `Registration` named
+`PLUGIN` in its `__init__.py` (read without TensorFlow): the class (loaded
+when a run makes its plug-ins), its config section with the section's
+resumable fields and the migration of older config.json files. The registry
+(training/plugins/__init__.py) lists the registrations.
 """
 
 import dataclasses
 from typing import Any, Callable
+
+
+@dataclasses.dataclass(frozen=True)
+class Registration:
+    """What a plug-in package declares about itself (its `PLUGIN`), without TensorFlow.
+
+    Attributes:
+        name: the plug-in's name (its package's, e.g. "par_search").
+        load: () -> its `Plugin` subclass; imports the plug-in's TensorFlow parts,
+            called only when a run makes its plug-ins.
+        section: name of its config section, or None: the `TrainConfig`
+            attribute (`config.search`), the config.json key and the flag group.
+        config: the section's class, a frozen `model.config_base.ConfigBase`
+            dataclass whose fields (made with `field(default, help)`, group
+            `section`) are train.py flags of their own name.
+        resumable: names of the section's fields a resumed run may change.
+        migrate: values -> values, moves an older config.json's keys into the
+            section (the form before it existed), or None.
+    """
+
+    name: str
+    load: Callable[[], type]
+    section: str | None = None
+    config: type | None = None
+    resumable: frozenset = frozenset()
+    migrate: Callable[[dict], dict] | None = None
+
+    def __post_init__(self):
+        if (self.section is None) != (self.config is None):
+            raise ValueError(f"plug-in {self.name}: give both a section name and its config "
+                             "class, or neither")
+        unknown = set(self.resumable) - {f.name for f in dataclasses.fields(self.config)} \
+            if self.config else set(self.resumable)
+        if unknown:
+            raise ValueError(f"plug-in {self.name}: resumable fields {sorted(unknown)} are not "
+                             "fields of its section")
+
+    def flag_fields(self):
+        """The fields of its section that are train.py flags (all but "flag": False)."""
+        if self.config is None:
+            return []
+        return [f for f in dataclasses.fields(self.config) if f.metadata.get("flag", True)]
 
 
 @dataclasses.dataclass

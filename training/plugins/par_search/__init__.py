@@ -1,13 +1,31 @@
 """The PAR architecture search as a training plug-in, with everything it owns.
 
-    config.py   SearchConfig: its section of the training config (flags
-                --tau_start, --arch_*, --search_cost_*, --freeze_*,
-                --then_retrain) and the migration of older config.json files
-    plugin.py   ParSearch: architecture optimizer, temperature, cost term,
-                progressive freezing, summaries, derivation at the end
-    derive.py   the derived architecture: report, architecture.json/.txt,
-                reading --architecture
-    plots.py    the probability history (arch_history.json) and its plots
+    config.py     SearchConfig: its section of the training config (flags
+                  --tau_start, --arch_*, --search_cost_*, --freeze_*,
+                  --then_retrain), the --tau_schedule names and the migration
+                  of older config.json files
+    plugin.py     ParSearch: architecture optimizer, temperature, cost term,
+                  progressive freezing, derivation at the end
+    schedules.py  the Gumbel-softmax temperature schedule (`tau_at`)
+    summaries.py  the architecture summaries (TensorBoard scalars and heat map)
+    derive.py     the derived architecture: report, architecture.json/.txt,
+                  reading --architecture
+    plots.py      the probability history (arch_history.json) and its plots
 
-Importing this package does not load TensorFlow (plugin.py does).
+`PLUGIN` registers it (training/plugins/__init__.py lists it). Importing this
+package does not load TensorFlow (plugin.py does).
 """
+
+from training.plugins.base import Registration
+from training.plugins.par_search import config
+
+
+def _load():
+    from training.plugins.par_search.plugin import ParSearch
+
+    return ParSearch
+
+
+PLUGIN = Registration(name="par_search", load=_load, section=config.SECTION,
+                      config=config.SearchConfig, resumable=config.RESUMABLE,
+                      migrate=config.migrate_flat)

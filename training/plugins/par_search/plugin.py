@@ -56,10 +56,11 @@ import tensorflow as tf
 
 from model.transformer_xl import blocks, flops
 from runstore import run_dir
-from training import schedules
-from training.config import capped_warmup
+from training.plan import capped_warmup
 from training.plugins.base import OptimizerGroup, Plugin
 from training.plugins.par_search import derive, plots
+from training.plugins.par_search import summaries as arch_summaries
+from training.plugins.par_search.schedules import tau_at
 
 # The architecture warm-up is at most this fraction of the planned steps.
 ARCH_WARMUP_FRACTION = 0.2
@@ -319,8 +320,8 @@ class ParSearch(Plugin):
         if not self.searching:
             return
         c = self.config
-        self._tau = schedules.tau_at(step, c.search.tau_start, c.search.tau_end,
-                                     self._tau_steps, c.search.tau_schedule)
+        self._tau = tau_at(step, c.search.tau_start, c.search.tau_end,
+                           self._tau_steps, c.search.tau_schedule)
         self.model.set_search_state(self._tau, step)
 
     def step_values(self, step):
@@ -382,7 +383,7 @@ class ParSearch(Plugin):
         if not self.searching:
             return
         probs = np.asarray(self.model.arch_probabilities)
-        summaries.architecture(step, probs)
+        arch_summaries.write_architecture(summaries, step, probs)
         self.history.append(step, probs)
         self.history.save(model_dir)
 

@@ -11,10 +11,22 @@ model's `extra_losses`.
 import os
 
 import numpy as np
-import tensorflow as tf
 
 from training.plugins.base import Plugin
 from training.plugins.span_report import plots as span_plots
+
+
+def write_spans(summaries, step, spans):
+    """Writes adaptive attention spans `spans/layer_{l:02d}/head_{h}` (train writer).
+
+    Args:
+        summaries: the run's `training.summaries.TrainSummaries`.
+        step: global step.
+        spans: one [N] array of spans (in tokens) per attention layer.
+    """
+    summaries.tagged_scalars(step, {
+        f"spans/layer_{layer:02d}/head_{head}": float(span) for layer, heads in enumerate(spans)
+        for head, span in enumerate(np.asarray(heads, dtype=np.float64).reshape(-1))})
 
 
 class SpanReport(Plugin):
@@ -38,12 +50,10 @@ class SpanReport(Plugin):
         return self._spans(), self.model.span_max, self.model.span_ramp
 
     def on_log(self, step, summaries, model_dir):
-        spans = self._spans()
-        summaries.spans(step, spans)
+        write_spans(summaries, step, self._spans())
         image, _ = span_plots.spans_figure(*self._figure_args())
-        with summaries.writer("train").as_default(step=int(step)):
-            tf.summary.image("spans/figure", image[None], description=(
-                "Learned span per head (bars, by layer) and each head's soft mask."))
+        summaries.image(step, "spans/figure", image, description=(
+            "Learned span per head (bars, by layer) and each head's soft mask."))
 
     def on_finish(self, results, model_dir, chief):
         spans = self._spans()

@@ -1,0 +1,73 @@
+"""The PAR search's TensorBoard summaries: the per-block probabilities of the
+candidates (the block types of model/transformer_xl/blocks.py) as scalars
+`arch/block_NN/<candidate>` and as a block-by-choice heat map
+`arch/probabilities`, written to the train writer by `ParSearch.on_log`
+through the run's `training.summaries.TrainSummaries`.
+"""
+
+import numpy as np
+
+from model.transformer_xl import blocks
+
+# Pixels per cell of the block-by-choice heat map: TensorBoard shows images at
+# their native size, and a 6x3 image would be unreadable.
+_CELL = 24
+
+
+def _heat_colors(probs):
+    """Maps probabilities in [0, 1] to RGB uint8, white (0) to dark blue (1)."""
+    low = np.array([255.0, 255.0, 255.0])
+    high = np.array([8.0, 48.0, 107.0])
+    p = np.clip(probs, 0.0, 1.0)[..., None]
+    return np.round(low + (high - low) * p).astype(np.uint8)
+
+
+def arch_image(probs, cell=_CELL):
+    """Block-by-choice heat map of architecture probabilities.
+
+    Rows are blocks (block 0 at the top), columns the candidates (attention,
+    dense, identity); one-pixel grey lines separate the cells.
+
+    Args:
+        probs: [num_blocks, C] probabilities.
+        cell: pixels per cell side.
+
+    Returns:
+        uint8 array [num_blocks * cell, C * cell, 3].
+    """
+    probs = check_probs(probs)
+    image = np.repeat(np.repeat(_heat_colors(probs), cell, axis=0), cell, axis=1)
+    image[::cell, :, :] = 160
+    image[:, ::cell, :] = 160
+    return image
+
+
+def check_probs(probs):
+    """probs as float64 [num_blocks, C], checked (ValueError naming the shape or NaN)."""
+    probs = np.asarray(probs, dtype=np.float64)
+    num = len(blocks.specs())
+    if probs.ndim != 2 or probs.shape[1] != num or probs.shape[0] == 0:
+        raise ValueError(
+            f"architecture probabilities must have shape [num_blocks, {num}], got {probs.shape}"
+        )
+    if not np.all(np.isfinite(probs)):
+        raise ValueError("architecture probabilities contain NaN or inf")
+    return probs
+
+
+def write_architecture(summaries, step, probs):
+    """Writes per-block choice probabilities and their heat map (train writer).
+
+    Args:
+        summaries: the run's `training.summaries.TrainSummaries`.
+        step: global step.
+        probs: [num_blocks, C] probabilities of the registered block types.
+    """
+    probs = check_probs(probs)
+    names = blocks.names()
+    summaries.tagged_scalars(step, {
+        f"arch/block_{block:02d}/{choice}": float(p)
+        for block, row in enumerate(probs) for choice, p in zip(names, row)})
+    summaries.image(step, "arch/probabilities", arch_image(probs), description=(
+        f"Rows: blocks 0 (input side) to {len(probs) - 1}; columns: {', '.join(names)}; "
+        "darker is more probable."))
