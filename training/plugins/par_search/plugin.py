@@ -59,10 +59,8 @@ from runstore import run_dir
 from training import schedules
 from training.config import capped_warmup
 from training.plugins.base import OptimizerGroup, Plugin
-from training.plugins.par_search import derive, plots
-
-# The architecture warm-up is at most this fraction of the planned steps.
-ARCH_WARMUP_FRACTION = 0.2
+from training.plugins.par_search import derive, plots, stopping
+from training.plugins.par_search.config import ARCH_WARMUP_FRACTION
 
 
 def candidate_costs(model_config, seq_len, mem_len):
@@ -90,12 +88,18 @@ def expected_cost(probs, costs, fixed):
 def retrain_config(config, architecture):
     """The TrainConfig of PAR's second stage: `architecture` from scratch, the same flags
     otherwise (as `./base_model.sh --architecture=<search run> --arch_warmup_steps=0`),
-    in `<model_dir>_retrain` (logs in `<logdir>_retrain` when a logdir is given)."""
+    in `<model_dir>_retrain` (logs in `<logdir>_retrain` when a logdir is given).
+    With --retrain_epochs the second stage trains that many epochs, whatever the
+    search's own length."""
     model_dir = os.path.normpath(config.model_dir) + "_retrain"
     logdir = os.path.normpath(config.logdir) + "_retrain" if config.logdir else ""
+    search = config.search
+    length = ({"epochs": search.retrain_epochs, "max_steps": 0} if search.retrain_epochs
+              else {})
     return config.replace(
         model=config.model.replace(architecture=architecture), model_dir=model_dir,
-        logdir=logdir, search=config.search.replace(arch_warmup_steps=0, then_retrain=False))
+        logdir=logdir, search=search.replace(arch_warmup_steps=0, then_retrain=False,
+                                             stop_rule="frozen", retrain_epochs=0), **length)
 
 
 class FreezeState(tf.Module):
@@ -147,6 +151,13 @@ class ParSearch(Plugin):
         self.history = plots.ArchHistory()
         self.freezing = self.searching and config.search.freeze_threshold > 0
         self.freeze_state = FreezeState(model.num_blocks) if self.searching else None
+        self.stability = None
+        if self.searching and config.search.stop_rule == "stable":
+            search = config.search
+            self.stability = stopping.StabilityRule(
+                stopping.StopState(model.num_blocks, len(model.blocks[0].candidates)),
+                self.arch_warmup_steps, search.stop_window, search.stop_min_lead,
+                search.stop_tolerance)
         self._since = self._choice = self._frozen_step = self._frozen_probability = None
         if self.searching:
             self._read_freeze_state()
@@ -184,7 +195,10 @@ class ParSearch(Plugin):
         state.frozen_probability.assign(self._frozen_probability)
 
     def checkpoint_objects(self):
-        return {"search": self.freeze_state} if self.searching else {}
+        objects = {"search": self.freeze_state} if self.searching else {}
+        if self.stability is not None:
+            objects["search_stop"] = self.stability.state
+        return objects
 
     def trace_key(self):
         return self.model.frozen_blocks if self.searching else None
@@ -224,6 +238,21 @@ class ParSearch(Plugin):
         return sorted(out, key=lambda f: (f["step"], f["block"]))
 
     def after_step(self, step):
+        """The freezing rule, then the stability rule (`stopping.StabilityRule`)."""
+        events = self._freeze_after(step)
+        if self.stability is not None and self.stability.decided_step is None:
+            if self.stability.observe(step, self._probabilities):
+                logging.info("step %d: the search is decided (--stop_rule=stable): every "
+                             "block kept its most probable candidate for the last %d steps "
+                             "with a lead >= %g that did not fall by more than %g: %s", step,
+                             stopping.SAMPLES * self.stability.interval,
+                             self.config.search.stop_min_lead,
+                             self.config.search.stop_tolerance,
+                             self.model.derived_architecture)
+                events.append({"search_decided": 1})
+        return events
+
+    def _freeze_after(self, step):
         """Counts each searching block's steps above the threshold; freezes it after the window.
 
         Steps of the architecture warm-up are not observed (the logits are not
@@ -275,8 +304,17 @@ class ParSearch(Plugin):
 
     @property
     def all_frozen(self):
-        """True when every block of the supernet is frozen (the search is decided)."""
+        """True when every block of the supernet is frozen."""
         return self.searching and all(f is not None for f in self.model.frozen_blocks)
+
+    @property
+    def decided(self):
+        """True when the search is decided by its --stop_rule."""
+        if not self.searching:
+            return False
+        if self.stability is not None:
+            return self.all_frozen or self.stability.decided_step is not None
+        return self.all_frozen
 
     # ------------------------------------------------------------ the step
 
@@ -334,13 +372,32 @@ class ParSearch(Plugin):
     # ------------------------------------------------------------ then retrain
 
     def should_stop(self):
-        return self.searching and self.config.search.then_retrain and self.all_frozen
+        search = self.config.search
+        return self.decided and (search.then_retrain or search.stop_rule == "stable")
 
     def follow_up(self, config, results):
-        """The derived architecture from scratch, when the search ended frozen (--then_retrain)."""
-        if not (self.searching and config.search.then_retrain and self.all_frozen):
+        """The derived architecture from scratch once the search is decided (--then_retrain).
+
+        With --stop_rule=stable a search that reached its planned end undecided is
+        retrained too (its derived architecture, as PAR derives at the end), with
+        a warning."""
+        if not (self.searching and config.search.then_retrain):
             return None
+        if not self.decided:
+            if config.search.stop_rule != "stable":
+                return None
+            logging.warning("the search ended after its planned %d steps before every block "
+                            "was decided (--stop_rule=stable%s): training its derived "
+                            "architecture %s next", results.get("step", -1),
+                            self._undecided_reasons(), self.model.derived_architecture)
         return retrain_config(config, self.model.derived_architecture)
+
+    def _undecided_reasons(self):
+        last = self.stability.last if self.stability is not None else None
+        if not last:
+            return ""
+        return "; " + ", ".join(f"block {b}: {why}" for b, (ok, _, why) in enumerate(last)
+                                if not ok)
 
     def after_follow_up(self, results, followed):
         """Adds the retrained network's best and last results to the search's metrics.json."""
@@ -397,8 +454,11 @@ class ParSearch(Plugin):
             c.model, probs, c.seq_len, c.model.mem_len, batch_size=c.batch_size,
             untrained=derive.untrained_reason(probs, updates))
         report["freezes"] = self.freezes()
+        report["decided_step"] = (self.stability.decided_step if self.stability is not None
+                                  else None)
         results["derivation"] = {k: report[k] for k in (
-            "architecture", "counts", "relative_flops", "speedup", "untrained", "freezes")}
+            "architecture", "counts", "relative_flops", "speedup", "untrained", "freezes",
+            "decided_step")}
         if report["untrained"]:
             logging.warning("the derived architecture %s is NOT a search result: %s",
                             report["architecture"], report["untrained_reason"])
