@@ -131,3 +131,41 @@ def test_a_command_stopped_between_the_stages_resumes_the_retrain_not_the_search
         for split in ("valid", "test"):
             assert results["retrain"][which][split]["perplexity"] == pytest.approx(
                 expected["retrain"][which][split]["perplexity"], rel=1e-6)
+
+
+@pytest.mark.slow
+def test_a_derived_network_seeded_from_the_supernet_computes_what_the_frozen_supernet_does(
+        pipeline):
+    """--retrain_init=supernet: each block takes its chosen candidate's weights, so the
+    derived network equals the supernet with every block frozen to its choice."""
+    import tensorflow as tf
+
+    from model.families import build_model
+    from serving import runs
+    from training.plugins.par_search.plugin import seed_from_search
+
+    _, results, _, root = pipeline
+    search = runs.load_run(str(root / "search"), checkpoint="best")
+    architecture = results["architecture"]
+    derived = build_model(search.config.model.replace(architecture=architecture),
+                          dtype="float32")
+    seed_from_search(derived, str(root / "search"))
+    for index, (block, letter) in enumerate(zip(search.model.blocks, architecture)):
+        search.model.freeze_block(index, [c.letter for c in block.candidates].index(letter))
+    inputs = tf.constant(np.random.default_rng(0).integers(0, 256, size=(2, 9)), tf.int32)
+    (h_supernet, _), (h_derived, _) = search.model(inputs), derived(inputs)
+    np.testing.assert_allclose(h_derived.numpy(), h_supernet.numpy(), rtol=1e-5, atol=1e-6)
+    targets = tf.roll(inputs, -1, axis=1)
+    np.testing.assert_allclose(derived.token_nll(h_derived, targets).numpy(),
+                               search.model.token_nll(h_supernet, targets).numpy(),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_retrain_init_supernet_sets_the_second_stage_to_start_from_the_search(tiny_data,
+                                                                            tmp_path):
+    from training.plugins.par_search.plugin import retrain_config
+
+    config = _config(tiny_data, tmp_path / "search", "--retrain_init=supernet")
+    follow = retrain_config(config, "af")
+    assert follow.search.init_from == str(tmp_path / "search")
+    assert retrain_config(_config(tiny_data, tmp_path / "s2"), "af").search.init_from == ""

@@ -160,6 +160,11 @@ def test_the_samples_resume_from_a_checkpoint_to_the_same_decision(tmp_path):
     (("--architecture=afaf", "--stop_rule=stable"), "--stop_rule='stable' belongs to the search"),
     (("--stop_rule=stable", "--stop_window=5000"), "--stop_window=5000 is longer than the search"),
     (("--retrain_epochs=3",), "--retrain_epochs=3: sets the length of the --then_retrain stage"),
+    (("--retrain_init=supernet",), "--retrain_init='supernet': sets how the --then_retrain"),
+    (("--architecture=afaf", "--init_from=/no/such/run"),
+     "--init_from=/no/such/run is not a run directory (no config.json)"),
+    (("--init_from=/no/such/run",), "--init_from=/no/such/run gives a derived network its first "
+     "weights, but this run searches"),
 ])
 def test_contradicting_pipeline_options_are_one_error_before_any_work(tiny_data, tmp_path,
                                                                      extra, message):

@@ -11,12 +11,15 @@ Importing this module does not load TensorFlow.
 """
 
 import dataclasses
+import os
 
 from model.config_base import ConfigBase, field
 
 TAU_SCHEDULES = ("exponential", "linear")
 # When a search with --then_retrain has decided (training/plugins/par_search/stopping.py).
 STOP_RULES = ("frozen", "stable")
+# How the --then_retrain stage starts: fresh weights, or the supernet's.
+RETRAIN_INITS = ("scratch", "supernet")
 # The architecture warm-up is at most this fraction of the run's planned steps.
 ARCH_WARMUP_FRACTION = 0.2
 SECTION = "search"
@@ -88,6 +91,15 @@ class SearchConfig(ConfigBase):
     retrain_epochs: int = _field(
         0, "--then_retrain: epochs of the derived network's training (0: the search's own "
         "--epochs / --max_steps). The search then keeps its own, shorter schedule.")
+    retrain_init: str = _field(
+        "scratch", "--then_retrain: the derived network starts from fresh weights ('scratch', "
+        "PAR's second stage) or from the search's best checkpoint ('supernet': each block "
+        "takes the weights of its chosen candidate; optimizer and schedules start afresh).",
+        RETRAIN_INITS)
+    init_from: str = _field(
+        "", "A finished search run whose best checkpoint gives a derived (fixed) network its "
+        "first weights, each block those of its candidate in the supernet (set by "
+        "--retrain_init=supernet; '' = fresh weights). Used only at the first start.")
 
     def validate(self):
         def require(condition, flag, message):
@@ -115,6 +127,8 @@ class SearchConfig(ConfigBase):
         require(self.retrain_epochs >= 0, "retrain_epochs", "must be >= 0")
         require(self.retrain_epochs == 0 or self.then_retrain, "retrain_epochs",
                 "sets the length of the --then_retrain stage: add --then_retrain (or drop it)")
+        require(self.retrain_init == "scratch" or self.then_retrain, "retrain_init",
+                "sets how the --then_retrain stage starts: add --then_retrain (or drop it)")
 
     def check_run(self, config, steps):
         """Checks against the run (TrainConfig `config` of `steps` planned steps) before
@@ -129,6 +143,16 @@ class SearchConfig(ConfigBase):
                 f"--{flag}={getattr(self, flag)!r} belongs to the search stage, but the model "
                 f"does not search (--architecture={architecture}): drop --{flag}, or pass "
                 "--architecture=supernet to search first")
+        if self.init_from:
+            if architecture == "supernet":
+                raise ValueError(
+                    f"--init_from={self.init_from} gives a derived network its first weights, "
+                    "but this run searches (--architecture=supernet): pass the derived "
+                    f"architecture, e.g. --architecture={self.init_from}")
+            if not os.path.isfile(os.path.join(self.init_from, "config.json")):
+                raise ValueError(
+                    f"--init_from={self.init_from} is not a run directory (no config.json): give "
+                    "the directory of a finished search")
         if self.stop_rule == "stable" and self.stop_window > steps - warmup_steps:
             raise ValueError(
                 f"--stop_window={self.stop_window} is longer than the search after its "

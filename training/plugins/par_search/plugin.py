@@ -49,6 +49,7 @@ A fixed architecture gets only its architecture string in metrics.json.
 """
 
 import os
+import re
 
 from absl import logging
 import numpy as np
@@ -96,10 +97,40 @@ def retrain_config(config, architecture):
     search = config.search
     length = ({"epochs": search.retrain_epochs, "max_steps": 0} if search.retrain_epochs
               else {})
+    init_from = config.model_dir if search.retrain_init == "supernet" else ""
     return config.replace(
         model=config.model.replace(architecture=architecture), model_dir=model_dir,
-        logdir=logdir, search=search.replace(arch_warmup_steps=0, then_retrain=False,
-                                             stop_rule="frozen", retrain_epochs=0), **length)
+        logdir=logdir, search=search.replace(
+            arch_warmup_steps=0, then_retrain=False, stop_rule="frozen", retrain_epochs=0,
+            retrain_init="scratch", init_from=init_from), **length)
+
+
+def candidate_key(path):
+    """A weight's path as the fixed network names it: a supernet candidate's
+    `block_3/attention/...` is the derived network's `block_3_attention/...`;
+    the model's own name (which TensorFlow numbers) is dropped."""
+    path = path.split("/", 1)[1] if path.startswith("transformer_xllm") else path
+    return re.sub(r"^block_(\d+)/([a-z]+)/", r"block_\1_\2/", path)
+
+
+def seed_from_search(model, search_dir):
+    """Gives derived network `model` the weights of its candidates in the supernet of
+    search run `search_dir` (its best checkpoint). Returns the checkpoint prefix."""
+    from model.families import build_model
+    from runstore import checkpoints
+    from runstore.config import RunConfig
+
+    supernet = build_model(RunConfig.load(search_dir).model, dtype="float32")
+    prefix, _ = checkpoints.resolve_checkpoint(search_dir, "best")
+    checkpoints.restore_model_variables(supernet, prefix, what=f"the supernet of {search_dir}")
+    carried = {candidate_key(v.path): v for v in supernet.weight_variables}
+    missing = [v.path for v in model.weight_variables if candidate_key(v.path) not in carried]
+    if missing:
+        raise ValueError(f"--init_from={search_dir}: its supernet has no weights for "
+                         f"{', '.join(missing[:3])}: give the search the architecture came from")
+    for v in model.weight_variables:
+        v.assign(tf.cast(carried[candidate_key(v.path)], v.dtype))
+    return prefix
 
 
 class FreezeState(tf.Module):
@@ -419,6 +450,11 @@ class ParSearch(Plugin):
     # ------------------------------------------------------------ the host
 
     def on_start(self, model_dir, resumed_step):
+        init_from = self.config.search.init_from
+        if init_from and resumed_step is None:
+            prefix = seed_from_search(self.model, init_from)
+            logging.info("the derived network %s starts from the weights of its candidates in "
+                          "%s (--init_from)", self.model.derived_architecture, prefix)
         path = os.path.join(model_dir, plots.ARCH_HISTORY_FILE)
         if resumed_step is not None and os.path.exists(path):
             self.history = plots.ArchHistory.load(path)
