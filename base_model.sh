@@ -23,6 +23,13 @@
 # Afterwards, train the derived architecture from scratch (PAR's second stage):
 #   ./base_model.sh --model_dir=runs/wt2_base_derived \
 #       --architecture=runs/wt2_base_supernet --arch_warmup_steps=0
+#
+# --pipeline: the whole method in one command (docs/results/par_pipeline.md):
+# a short search (2 epochs, its own schedules) into runs/wt2_base_pipeline that
+# ends once every block's choice is stable (--stop_rule=stable), then the derived
+# network trained 20 epochs from scratch in runs/wt2_base_pipeline_retrain,
+# evaluated on test and exported to runs/wt2_base_pipeline.keras. Running it
+# again resumes the stage it was in.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -31,16 +38,28 @@ source tools/require_python.sh
 require_python
 
 quick=0
+pipeline=0
 args=()
 for arg in "$@"; do
   if [[ "$arg" == "--quick" ]]; then
     quick=1
+  elif [[ "$arg" == "--pipeline" ]]; then
+    pipeline=1
   else
     args+=("$arg")
   fi
 done
 
-if [[ $quick -eq 1 ]]; then
+if [[ $quick -eq 1 && $pipeline -eq 1 ]]; then
+  echo "error: --quick and --pipeline are two different runs: give one of them" >&2
+  exit 1
+elif [[ $pipeline -eq 1 ]]; then
+  mkdir -p runs
+  length=(--model_dir=runs/wt2_base_pipeline --epochs=2 --warmup_steps=1000
+          --arch_warmup_steps=2000 --eval_interval=2500 --checkpoint_interval=2500
+          --stop_rule=stable --stop_window=1000 --then_retrain --retrain_epochs=20
+          --export=runs/wt2_base_pipeline.keras)
+elif [[ $quick -eq 1 ]]; then
   length=(--model_dir=runs/wt2_base_quick --max_steps=3000 --warmup_steps=300
           --arch_warmup_steps=600 --eval_interval=500 --checkpoint_interval=500)
 else

@@ -148,6 +148,9 @@ def define_flags(fv=flags.FLAGS):
             _define_model_flags(define, define_field)
         if group == "checkpoints":
             define("boolean", "overwrite", False, group, "Discard a previous run in --model_dir.")
+            define("string", "export", "", group,
+                   "After training, export the final network's best checkpoint (the retrained "
+                   "one after --then_retrain) to this self-contained .keras file.")
     return fv
 
 
@@ -337,18 +340,78 @@ def main(argv):
         print(f"error: unexpected arguments {argv[1:]}; all options are --flags",
               file=sys.stderr)
         return 1
+    from serving.errors import GenerationError
+
     try:
         config, overwrite = config_from_flags(flags.FLAGS)
+        export_path = _check_export(flags.FLAGS.export, overwrite)
         logging.info("%s", config_summary(config))
         results = train(config, overwrite=overwrite)
+        exported = _export(config, results, export_path, overwrite) if export_path else None
     except TrainingInterrupted as stop:
         print(stop, file=sys.stderr)
         return stop.exit_code
-    except (ConfigError, data_utils.DataError, NonFiniteError, WriteError) as error:
+    except (ConfigError, data_utils.DataError, NonFiniteError, WriteError,
+            GenerationError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     print(run_summary(config, results))
+    if "retrain" in results or exported:
+        print(pipeline_summary(results, exported))
     return 0
+
+
+def _check_export(path, overwrite):
+    """--export checked before any work: a .keras name in an existing directory."""
+    if not path:
+        return ""
+    if not path.endswith(".keras"):
+        raise ConfigError(f"--export={path} must end in .keras (a Keras package file)")
+    if os.path.exists(path) and not overwrite:
+        raise ConfigError(f"--export={path} already exists: remove it, choose another name or "
+                          "pass --overwrite")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise ConfigError(f"--export={path}: the directory {parent} does not exist: create it "
+                          "first")
+    return path
+
+
+def _export(config, results, path, overwrite):
+    """Exports the best checkpoint of the run that ended the command; returns the path."""
+    from serving import export, runs
+
+    model_dir = results.get("retrain", {}).get("model_dir", config.model_dir)
+    path = export.export_keras(runs.load_run(model_dir, checkpoint="best"), path,
+                               overwrite=overwrite)
+    logging.info("exported %s (best checkpoint) to %s", model_dir, path)
+    return path
+
+
+def pipeline_summary(results, exported):
+    """The end of a search + retrain (+ export) command: both stages on a few lines."""
+    lines = ["PAR pipeline:"]
+    stages = [("search (supernet)", results)]
+    if "retrain" in results:
+        stages.append(("derived network", results["retrain"]))
+    for name, run in stages:
+        best = run.get("best") or run.get("last") or {}
+        line = f"  {name} {run.get('architecture')}"
+        if "valid" in best:
+            line += (f": best valid perplexity {best['valid']['perplexity']:.2f} "
+                     f"(step {best['step']})")
+        if "test" in best:
+            line += (f", test perplexity {best['test']['perplexity']:.2f}, word perplexity "
+                     f"{best['test']['word_perplexity']:.2f}, bits/byte "
+                     f"{best['test']['bits_per_byte']:.4f}")
+        lines.append(line)
+    decided = results.get("derivation", {}).get("decided_step")
+    if decided is not None:
+        lines.append(f"  the search was decided at step {decided}")
+    if exported:
+        lines.append(f"  exported: {exported}   (python3 generate.py --model={exported} "
+                     "--prompt=...)")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -476,6 +476,15 @@ def check_data(config, meta):
         raise ConfigError(
             f"the model's vocab_size={config.model.vocab_size} differs from {where} "
             f"(vocab_size={vocab}); vocab_size always comes from the data")
+    # The plug-ins' sections check what depends on the run's length and model.
+    steps = total_steps(config, meta["splits"]["train"]["records"])
+    for name in config_sections():
+        check = getattr(getattr(config, name), "check_run", None)
+        if check is not None:
+            try:
+                check(config, steps)
+            except ValueError as error:
+                raise ConfigError(str(error)) from None
 
 
 def check_replicas(config, meta, num_replicas):

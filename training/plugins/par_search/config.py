@@ -11,14 +11,21 @@ Importing this module does not load TensorFlow.
 """
 
 import dataclasses
+import os
 
 from model.config_base import ConfigBase, field
 
 TAU_SCHEDULES = ("exponential", "linear")
+# When a search with --then_retrain has decided (training/plugins/par_search/stopping.py).
+STOP_RULES = ("frozen", "stable")
+# How the --then_retrain stage starts: fresh weights, or the supernet's.
+RETRAIN_INITS = ("scratch", "supernet")
+# The architecture warm-up is at most this fraction of the run's planned steps.
+ARCH_WARMUP_FRACTION = 0.2
 SECTION = "search"
 # Fields a resumed run may change: whether and how it freezes blocks from now
 # on (the steps already taken stay as they were).
-RESUMABLE = frozenset({"freeze_threshold", "freeze_window", "then_retrain"})
+RESUMABLE = frozenset({"freeze_threshold", "freeze_window", "then_retrain", "retrain_epochs"})
 
 
 def _field(default, help, choices=None):  # noqa: A002
@@ -66,6 +73,33 @@ class SearchConfig(ConfigBase):
     then_retrain: bool = _field(
         False, "When every block is frozen, stop the search and train the derived architecture "
         "from scratch in the same command (PAR's second stage), in <model_dir>_retrain.")
+    stop_rule: str = _field(
+        "frozen", "When the search is decided: 'frozen' once every block is frozen "
+        "(--freeze_threshold), 'stable' once every block's most probable candidate has stayed "
+        "the same for --stop_window steps with a lead that is not shrinking "
+        "(training/plugins/par_search/stopping.py). A decided search ends; with --then_retrain "
+        "its derived architecture is trained next.", STOP_RULES)
+    stop_window: int = _field(
+        2000, "--stop_rule=stable: steps, after the architecture warm-up, over which every "
+        "block's choice must stay the same.")
+    stop_min_lead: float = _field(
+        0.1, "--stop_rule=stable: the smallest lead (best minus runner-up probability) of a "
+        "decided block.")
+    stop_tolerance: float = _field(
+        0.05, "--stop_rule=stable: guard against a late turn: a block whose lead fell by more "
+        "than this within the window is not decided.")
+    retrain_epochs: int = _field(
+        0, "--then_retrain: epochs of the derived network's training (0: the search's own "
+        "--epochs / --max_steps). The search then keeps its own, shorter schedule.")
+    retrain_init: str = _field(
+        "scratch", "--then_retrain: the derived network starts from fresh weights ('scratch', "
+        "PAR's second stage) or from the search's best checkpoint ('supernet': each block "
+        "takes the weights of its chosen candidate; optimizer and schedules start afresh).",
+        RETRAIN_INITS)
+    init_from: str = _field(
+        "", "A finished search run whose best checkpoint gives a derived (fixed) network its "
+        "first weights, each block those of its candidate in the supernet (set by "
+        "--retrain_init=supernet; '' = fresh weights). Used only at the first start.")
 
     def validate(self):
         def require(condition, flag, message):
@@ -84,8 +118,47 @@ class SearchConfig(ConfigBase):
         require(self.freeze_threshold == 0 or 0.5 < self.freeze_threshold <= 1, "freeze_threshold",
                 "must be in (0.5, 1] (one candidate clearly ahead), or 0 to turn freezing off")
         require(self.freeze_window >= 1, "freeze_window", "must be >= 1")
-        require(not self.then_retrain or self.freeze_threshold > 0, "then_retrain",
-                "retrains once every block is frozen: give a --freeze_threshold > 0")
+        require(not self.then_retrain or self.stop_rule == "stable" or self.freeze_threshold > 0,
+                "then_retrain", "retrains once every block is frozen: give a --freeze_threshold "
+                "> 0, or --stop_rule=stable")
+        require(self.stop_window >= 1, "stop_window", "must be >= 1")
+        require(0 <= self.stop_min_lead < 1, "stop_min_lead", "must be in [0, 1)")
+        require(0 <= self.stop_tolerance < 1, "stop_tolerance", "must be in [0, 1)")
+        require(self.retrain_epochs >= 0, "retrain_epochs", "must be >= 0")
+        require(self.retrain_epochs == 0 or self.then_retrain, "retrain_epochs",
+                "sets the length of the --then_retrain stage: add --then_retrain (or drop it)")
+        require(self.retrain_init == "scratch" or self.then_retrain, "retrain_init",
+                "sets how the --then_retrain stage starts: add --then_retrain (or drop it)")
+
+    def check_run(self, config, steps):
+        """Checks against the run (TrainConfig `config` of `steps` planned steps) before
+        any work. Raises ValueError naming the flag and the fix."""
+        architecture = getattr(config.model, "architecture", None)
+        warmup_steps = min(self.arch_warmup_steps, int(ARCH_WARMUP_FRACTION * steps))
+        stages = [flag for flag, given in (("then_retrain", self.then_retrain),
+                                           ("stop_rule", self.stop_rule != "frozen")) if given]
+        if stages and architecture != "supernet":
+            flag = stages[0]
+            raise ValueError(
+                f"--{flag}={getattr(self, flag)!r} belongs to the search stage, but the model "
+                f"does not search (--architecture={architecture}): drop --{flag}, or pass "
+                "--architecture=supernet to search first")
+        if self.init_from:
+            if architecture == "supernet":
+                raise ValueError(
+                    f"--init_from={self.init_from} gives a derived network its first weights, "
+                    "but this run searches (--architecture=supernet): pass the derived "
+                    f"architecture, e.g. --architecture={self.init_from}")
+            if not os.path.isfile(os.path.join(self.init_from, "config.json")):
+                raise ValueError(
+                    f"--init_from={self.init_from} is not a run directory (no config.json): give "
+                    "the directory of a finished search")
+        if self.stop_rule == "stable" and self.stop_window > steps - warmup_steps:
+            raise ValueError(
+                f"--stop_window={self.stop_window} is longer than the search after its "
+                f"architecture warm-up ({steps} planned steps - {warmup_steps} warm-up = "
+                f"{steps - warmup_steps}): give a smaller --stop_window or a longer search "
+                "(--epochs/--max_steps)")
 
     @classmethod
     def field_names(cls):

@@ -49,6 +49,7 @@ A fixed architecture gets only its architecture string in metrics.json.
 """
 
 import os
+import re
 
 from absl import logging
 import numpy as np
@@ -58,12 +59,10 @@ from model.transformer_xl import blocks, flops
 from runstore import run_dir
 from training.plan import capped_warmup
 from training.plugins.base import OptimizerGroup, Plugin
-from training.plugins.par_search import derive, plots
+from training.plugins.par_search import derive, plots, stopping
 from training.plugins.par_search import summaries as arch_summaries
+from training.plugins.par_search.config import ARCH_WARMUP_FRACTION
 from training.plugins.par_search.schedules import tau_at
-
-# The architecture warm-up is at most this fraction of the planned steps.
-ARCH_WARMUP_FRACTION = 0.2
 
 
 def candidate_costs(model_config, seq_len, mem_len):
@@ -91,12 +90,48 @@ def expected_cost(probs, costs, fixed):
 def retrain_config(config, architecture):
     """The TrainConfig of PAR's second stage: `architecture` from scratch, the same flags
     otherwise (as `./base_model.sh --architecture=<search run> --arch_warmup_steps=0`),
-    in `<model_dir>_retrain` (logs in `<logdir>_retrain` when a logdir is given)."""
+    in `<model_dir>_retrain` (logs in `<logdir>_retrain` when a logdir is given).
+    With --retrain_epochs the second stage trains that many epochs, whatever the
+    search's own length."""
     model_dir = os.path.normpath(config.model_dir) + "_retrain"
     logdir = os.path.normpath(config.logdir) + "_retrain" if config.logdir else ""
+    search = config.search
+    length = ({"epochs": search.retrain_epochs, "max_steps": 0} if search.retrain_epochs
+              else {})
+    init_from = config.model_dir if search.retrain_init == "supernet" else ""
     return config.replace(
         model=config.model.replace(architecture=architecture), model_dir=model_dir,
-        logdir=logdir, search=config.search.replace(arch_warmup_steps=0, then_retrain=False))
+        logdir=logdir, search=search.replace(
+            arch_warmup_steps=0, then_retrain=False, stop_rule="frozen", retrain_epochs=0,
+            retrain_init="scratch", init_from=init_from), **length)
+
+
+def candidate_key(path):
+    """A weight's path as the fixed network names it: a supernet candidate's
+    `block_3/attention/...` is the derived network's `block_3_attention/...`;
+    the model's own name (which TensorFlow numbers) is dropped."""
+    path = path.split("/", 1)[1] if path.startswith("transformer_xllm") else path
+    return re.sub(r"^block_(\d+)/([a-z]+)/", r"block_\1_\2/", path)
+
+
+def seed_from_search(model, search_dir):
+    """Gives derived network `model` the weights of its candidates in the supernet of
+    search run `search_dir` (its best checkpoint). Returns the checkpoint prefix."""
+    from model.families import build_model
+    from runstore import checkpoints
+    from runstore.config import RunConfig
+
+    supernet = build_model(RunConfig.load(search_dir).model, dtype="float32")
+    prefix, _ = checkpoints.resolve_checkpoint(search_dir, "best")
+    checkpoints.restore_model_variables(supernet, prefix, what=f"the supernet of {search_dir}")
+    carried = {candidate_key(v.path): v for v in supernet.weight_variables}
+    missing = [v.path for v in model.weight_variables if candidate_key(v.path) not in carried]
+    if missing:
+        raise ValueError(f"--init_from={search_dir}: its supernet has no weights for "
+                         f"{', '.join(missing[:3])}: give the search the architecture came from")
+    for v in model.weight_variables:
+        v.assign(tf.cast(carried[candidate_key(v.path)], v.dtype))
+    return prefix
 
 
 class FreezeState(tf.Module):
@@ -148,6 +183,13 @@ class ParSearch(Plugin):
         self.history = plots.ArchHistory()
         self.freezing = self.searching and config.search.freeze_threshold > 0
         self.freeze_state = FreezeState(model.num_blocks) if self.searching else None
+        self.stability = None
+        if self.searching and config.search.stop_rule == "stable":
+            search = config.search
+            self.stability = stopping.StabilityRule(
+                stopping.StopState(model.num_blocks, len(model.blocks[0].candidates)),
+                self.arch_warmup_steps, search.stop_window, search.stop_min_lead,
+                search.stop_tolerance)
         self._since = self._choice = self._frozen_step = self._frozen_probability = None
         if self.searching:
             self._read_freeze_state()
@@ -185,7 +227,10 @@ class ParSearch(Plugin):
         state.frozen_probability.assign(self._frozen_probability)
 
     def checkpoint_objects(self):
-        return {"search": self.freeze_state} if self.searching else {}
+        objects = {"search": self.freeze_state} if self.searching else {}
+        if self.stability is not None:
+            objects["search_stop"] = self.stability.state
+        return objects
 
     def trace_key(self):
         return self.model.frozen_blocks if self.searching else None
@@ -225,6 +270,21 @@ class ParSearch(Plugin):
         return sorted(out, key=lambda f: (f["step"], f["block"]))
 
     def after_step(self, step):
+        """The freezing rule, then the stability rule (`stopping.StabilityRule`)."""
+        events = self._freeze_after(step)
+        if self.stability is not None and self.stability.decided_step is None:
+            if self.stability.observe(step, self._probabilities):
+                logging.info("step %d: the search is decided (--stop_rule=stable): every "
+                             "block kept its most probable candidate for the last %d steps "
+                             "with a lead >= %g that did not fall by more than %g: %s", step,
+                             stopping.SAMPLES * self.stability.interval,
+                             self.config.search.stop_min_lead,
+                             self.config.search.stop_tolerance,
+                             self.model.derived_architecture)
+                events.append({"search_decided": 1})
+        return events
+
+    def _freeze_after(self, step):
         """Counts each searching block's steps above the threshold; freezes it after the window.
 
         Steps of the architecture warm-up are not observed (the logits are not
@@ -276,8 +336,17 @@ class ParSearch(Plugin):
 
     @property
     def all_frozen(self):
-        """True when every block of the supernet is frozen (the search is decided)."""
+        """True when every block of the supernet is frozen."""
         return self.searching and all(f is not None for f in self.model.frozen_blocks)
+
+    @property
+    def decided(self):
+        """True when the search is decided by its --stop_rule."""
+        if not self.searching:
+            return False
+        if self.stability is not None:
+            return self.all_frozen or self.stability.decided_step is not None
+        return self.all_frozen
 
     # ------------------------------------------------------------ the step
 
@@ -335,13 +404,32 @@ class ParSearch(Plugin):
     # ------------------------------------------------------------ then retrain
 
     def should_stop(self):
-        return self.searching and self.config.search.then_retrain and self.all_frozen
+        search = self.config.search
+        return self.decided and (search.then_retrain or search.stop_rule == "stable")
 
     def follow_up(self, config, results):
-        """The derived architecture from scratch, when the search ended frozen (--then_retrain)."""
-        if not (self.searching and config.search.then_retrain and self.all_frozen):
+        """The derived architecture from scratch once the search is decided (--then_retrain).
+
+        With --stop_rule=stable a search that reached its planned end undecided is
+        retrained too (its derived architecture, as PAR derives at the end), with
+        a warning."""
+        if not (self.searching and config.search.then_retrain):
             return None
+        if not self.decided:
+            if config.search.stop_rule != "stable":
+                return None
+            logging.warning("the search ended after its planned %d steps before every block "
+                            "was decided (--stop_rule=stable%s): training its derived "
+                            "architecture %s next", results.get("step", -1),
+                            self._undecided_reasons(), self.model.derived_architecture)
         return retrain_config(config, self.model.derived_architecture)
+
+    def _undecided_reasons(self):
+        last = self.stability.last if self.stability is not None else None
+        if not last:
+            return ""
+        return "; " + ", ".join(f"block {b}: {why}" for b, (ok, _, why) in enumerate(last)
+                                if not ok)
 
     def after_follow_up(self, results, followed):
         """Adds the retrained network's best and last results to the search's metrics.json."""
@@ -363,6 +451,11 @@ class ParSearch(Plugin):
     # ------------------------------------------------------------ the host
 
     def on_start(self, model_dir, resumed_step):
+        init_from = self.config.search.init_from
+        if init_from and resumed_step is None:
+            prefix = seed_from_search(self.model, init_from)
+            logging.info("the derived network %s starts from the weights of its candidates in "
+                          "%s (--init_from)", self.model.derived_architecture, prefix)
         path = os.path.join(model_dir, plots.ARCH_HISTORY_FILE)
         if resumed_step is not None and os.path.exists(path):
             self.history = plots.ArchHistory.load(path)
@@ -398,8 +491,11 @@ class ParSearch(Plugin):
             c.model, probs, c.seq_len, c.model.mem_len, batch_size=c.batch_size,
             untrained=derive.untrained_reason(probs, updates))
         report["freezes"] = self.freezes()
+        report["decided_step"] = (self.stability.decided_step if self.stability is not None
+                                  else None)
         results["derivation"] = {k: report[k] for k in (
-            "architecture", "counts", "relative_flops", "speedup", "untrained", "freezes")}
+            "architecture", "counts", "relative_flops", "speedup", "untrained", "freezes",
+            "decided_step")}
         if report["untrained"]:
             logging.warning("the derived architecture %s is NOT a search result: %s",
                             report["architecture"], report["untrained_reason"])

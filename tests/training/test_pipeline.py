@@ -1,0 +1,171 @@
+"""PAR in one command (`./base_model.sh --pipeline`; docs/results/par_pipeline.md):
+a search that stops once decided (`--stop_rule=stable`), its derived network
+trained next (`--then_retrain`, `--retrain_epochs`), exported (`--export`) and
+summarised; a command interrupted between the stages resumes the right stage.
+"""
+
+import json
+import pathlib
+
+import numpy as np
+import pytest
+
+from tests.helpers.trainers import family_config
+
+PIPELINE = ("--num_blocks=2", "--arch_warmup_steps=4", "--arch_learning_rate=0.5",
+            "--freeze_threshold=0", "--stop_rule=stable", "--stop_window=10",
+            "--stop_min_lead=0.05", "--then_retrain", "--max_steps=80", "--eval_interval=0",
+            "--deterministic")
+
+
+def _config(tiny_data, model_dir, *extra):
+    return family_config(tiny_data, model_dir, "transformer_xl", *PIPELINE, *extra)
+
+
+def _checkpoint_step(model_dir):
+    import tensorflow as tf
+
+    return int(tf.train.latest_checkpoint(str(model_dir)).rsplit("-", 1)[1])
+
+
+@pytest.fixture(scope="module")
+def pipeline(tiny_data, tmp_path_factory):
+    """The whole command, uninterrupted: search, retrain, export."""
+    import train as train_cli
+    from training.loop import train
+
+    root = tmp_path_factory.mktemp("pipeline")
+    config = _config(tiny_data, root / "search", "--retrain_epochs=2")
+    results = train(config)
+    exported = train_cli._export(config, results, str(root / "model.keras"), False)
+    return config, results, exported, root
+
+
+@pytest.mark.slow
+def test_the_search_stops_when_decided_and_its_derived_network_trains_next(pipeline):
+    import data_utils
+
+    config, results, _, root = pipeline
+    decided = results["derivation"]["decided_step"]
+    # Not during the warm-up nor before a whole window after it; before the planned end.
+    assert 4 + 10 <= decided < 80
+    assert results["step"] == decided == _checkpoint_step(root / "search")
+    log = (root / "search" / "training_log.log").read_text()
+    assert f"step={decided} search_decided=1" in log
+    retrain = results["retrain"]
+    assert retrain["architecture"] == results["architecture"] != "supernet"
+    metrics = json.loads((root / "search_retrain" / "metrics.json").read_text())
+    # --retrain_epochs=2 sets the second stage's length, not the search's --max_steps.
+    records = data_utils.load_meta(config.data_dir)["splits"]["train"]["records"]
+    assert metrics["step"] == 2 * records
+    assert "derivation" not in metrics and np.isfinite(metrics["best"]["test"]["perplexity"])
+
+
+@pytest.mark.slow
+def test_the_exported_package_generates_and_evaluates_like_the_retrained_run(pipeline):
+    from serving import decoder, evaluation, runs
+    from serving.packaged import load_package
+
+    config, results, exported, root = pipeline
+    package = load_package(exported)
+    run = runs.load_run(str(root / "search_retrain"), checkpoint="best")
+    assert package.model.derived_architecture == results["architecture"]
+    for a, b in zip(package.model.variables, run.model.variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    out = [decoder.generate(r.model, [1, 2, 3], 8, seed=3) for r in (package, run)]
+    np.testing.assert_array_equal(np.asarray(out[0]), np.asarray(out[1]))
+    text = pathlib.Path(config.data_dir).parent / "test.txt"  # the tiny build's test text
+    figures = [evaluation.evaluate_run(r, text_file=text, batch_size=2, seq_len=8)
+               for r in (package, run)]
+    assert figures[0]["tokens"] == figures[1]["tokens"] > 0
+    assert figures[0]["perplexity"] == pytest.approx(figures[1]["perplexity"], rel=1e-6)
+
+
+@pytest.mark.slow
+def test_the_end_of_run_summary_names_both_stages_and_the_package(pipeline):
+    import train as train_cli
+
+    _, results, exported, _ = pipeline
+    summary = train_cli.pipeline_summary(results, exported)
+    assert f"search (supernet) {results['architecture']}" in summary
+    test = results["retrain"]["best"]["test"]["perplexity"]
+    assert f"derived network {results['architecture']}" in summary
+    assert f"test perplexity {test:.2f}" in summary
+    assert f"decided at step {results['derivation']['decided_step']}" in summary
+    assert exported in summary
+
+
+class _KilledBetweenStages(Exception):
+    pass
+
+
+@pytest.mark.slow
+def test_a_command_stopped_between_the_stages_resumes_the_retrain_not_the_search(
+        pipeline, tiny_data, tmp_path, monkeypatch):
+    """As a kill right after the search's last checkpoint: the same command again
+    trains no more search steps and ends as the uninterrupted command."""
+    from training import loop
+
+    _, expected, _, _ = pipeline
+    config = _config(tiny_data, tmp_path / "search", "--retrain_epochs=2")
+    original = loop.train
+
+    def stop_at_follow_up(follow, *args, **kwargs):
+        raise _KilledBetweenStages(follow.model_dir)
+
+    monkeypatch.setattr(loop, "train", stop_at_follow_up)
+    with pytest.raises(_KilledBetweenStages):
+        original(config)
+    monkeypatch.setattr(loop, "train", original)
+    decided = _checkpoint_step(tmp_path / "search")
+    assert decided == expected["derivation"]["decided_step"]
+    assert not (tmp_path / "search_retrain").exists()
+    log_before = (tmp_path / "search" / "training_log.log").read_text()
+    results = original(config)
+    assert _checkpoint_step(tmp_path / "search") == decided  # no search step more
+    train_lines = [line for line in (tmp_path / "search" / "training_log.log").read_text()
+                   .splitlines() if line not in log_before.splitlines()]
+    assert not any(" loss=" in line for line in train_lines)
+    assert results["retrain"]["architecture"] == expected["retrain"]["architecture"]
+    for which in ("best", "last"):
+        for split in ("valid", "test"):
+            assert results["retrain"][which][split]["perplexity"] == pytest.approx(
+                expected["retrain"][which][split]["perplexity"], rel=1e-6)
+
+
+@pytest.mark.slow
+def test_a_derived_network_seeded_from_the_supernet_computes_what_the_frozen_supernet_does(
+        pipeline):
+    """--retrain_init=supernet: each block takes its chosen candidate's weights, so the
+    derived network equals the supernet with every block frozen to its choice."""
+    import tensorflow as tf
+
+    from model.families import build_model
+    from serving import runs
+    from training.plugins.par_search.plugin import seed_from_search
+
+    _, results, _, root = pipeline
+    search = runs.load_run(str(root / "search"), checkpoint="best")
+    architecture = results["architecture"]
+    derived = build_model(search.config.model.replace(architecture=architecture),
+                          dtype="float32")
+    seed_from_search(derived, str(root / "search"))
+    for index, (block, letter) in enumerate(zip(search.model.blocks, architecture)):
+        search.model.freeze_block(index, [c.letter for c in block.candidates].index(letter))
+    inputs = tf.constant(np.random.default_rng(0).integers(0, 256, size=(2, 9)), tf.int32)
+    (h_supernet, _), (h_derived, _) = search.model(inputs), derived(inputs)
+    np.testing.assert_allclose(h_derived.numpy(), h_supernet.numpy(), rtol=1e-5, atol=1e-6)
+    targets = tf.roll(inputs, -1, axis=1)
+    np.testing.assert_allclose(derived.token_nll(h_derived, targets).numpy(),
+                               search.model.token_nll(h_supernet, targets).numpy(),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_retrain_init_supernet_sets_the_second_stage_to_start_from_the_search(tiny_data,
+                                                                            tmp_path):
+    from training.plugins.par_search.plugin import retrain_config
+
+    config = _config(tiny_data, tmp_path / "search", "--retrain_init=supernet")
+    follow = retrain_config(config, "af")
+    assert follow.search.init_from == str(tmp_path / "search")
+    assert retrain_config(_config(tiny_data, tmp_path / "s2"), "af").search.init_from == ""
