@@ -89,6 +89,7 @@ def test_generate_is_the_decoder_with_generate_py_rules(package):
         lm.generate([])
 
 
+@pytest.mark.slow
 def test_score_is_the_evaluation_of_a_file_holding_the_text(package, tmp_path, wikitext2_root):
     from serving.errors import EvaluationError
     from serving.evaluation import evaluate_run
@@ -111,6 +112,7 @@ def test_score_is_the_evaluation_of_a_file_holding_the_text(package, tmp_path, w
         lm.score("the")
 
 
+@pytest.mark.slow
 def test_the_unknown_word_token_is_never_generated_unless_allowed(package):
     lm, run, _ = package
     (unk,) = run.tokenizer.unknown_ids()
