@@ -141,8 +141,11 @@ def test_the_unknown_word_token_is_never_generated_unless_allowed(package):
 CLEAN_PATH = r"""
 import json, os, sys
 root = os.getcwd()
-inside = [p for p in sys.path if os.path.abspath(p or ".").startswith(root)]
-assert [os.path.abspath(p or ".") for p in inside] == [root], sys.path
+# The project's directories on the path (an environment inside the clone, .venv, aside).
+inside = [os.path.abspath(p or ".") for p in sys.path]
+inside = [p for p in inside if os.path.commonpath([p, root]) == root
+          and os.path.commonpath([p, sys.prefix]) != sys.prefix]
+assert inside == [root], sys.path
 import keras
 try:
     keras.saving.load_model("pretrained/wt2_base.keras")
