@@ -14,6 +14,9 @@ Usage:
         --prompt_file=- --top_p=0.9 --temperature=0.8 --seed=1 --num_samples=3
     python3 generate.py --model_dir=runs/search --prompt="The game" --greedy
 
+The unknown-word token (WikiText's `<unk>`: `Tokenizer.unknown_ids()`) is never
+generated unless `--allow_unk` is given.
+
 `--model` takes a `.keras` file written by export.py: the model, its tokenizer
 and the run's generation settings in one file (serving/packaged.py), so it
 needs neither the run directory nor the built data; for the same seed and
@@ -60,6 +63,8 @@ flags.DEFINE_integer("mem_len", None, "Memory positions per block; default: the 
 flags.DEFINE_integer("chunk_len", None, "Prompt tokens per forward pass; default: the run's "
                      "seq_len.")
 flags.DEFINE_integer("num_samples", 1, "Samples of the same prompt, generated together.")
+flags.DEFINE_boolean("allow_unk", False, "Let the model generate the unknown-word token "
+                     "(WikiText's <unk>); by default it is never drawn.")
 
 FLAGS = flags.FLAGS
 
@@ -128,6 +133,7 @@ def _generate():
         prompt.ids, FLAGS.num_tokens, num_samples=FLAGS.num_samples,
         temperature=FLAGS.temperature, top_k=FLAGS.top_k, top_p=FLAGS.top_p,
         greedy=FLAGS.greedy, seed=seed,
+        exclude_ids=generation.excluded_ids(run.tokenizer, FLAGS.allow_unk),
         chunk_len=run.config.seq_len if FLAGS.chunk_len is None else FLAGS.chunk_len)
     for i, row in enumerate(tokens):
         if FLAGS.num_samples > 1:

@@ -106,6 +106,16 @@ class Tokenizer:
         """Special token name -> ranked id."""
         return {name: int(self._rank[base]) for name, base in self._reserved_base().items()}
 
+    def unknown_ids(self) -> list[int]:
+        """Sorted ranked ids that stand for an unknown word, which generation never
+        draws unless asked (`samplers.mask`): the word tokenizer's <unk>; for
+        sentencepiece its own unknown piece and WikiText's <unk> kept as one piece
+        (`symbols`); none for bytes."""
+        return sorted(int(self._rank[base]) for base in self._unknown_base())
+
+    def _unknown_base(self) -> list[int]:
+        return []
+
     def encode(self, text: str) -> list[int]:
         """Ranked ids of `text`: one <eos> per "\\n", none after a last open line
         (none at all for a sentencepiece tokenizer without line ends)."""
@@ -254,6 +264,9 @@ class WordTokenizer(Tokenizer):
     def _reserved_base(self):
         return {EOS: self._index[EOS], UNK: self._index[UNK]}
 
+    def _unknown_base(self):
+        return [self._index[UNK]]
+
     def save(self, directory):
         with open(os.path.join(directory, WORD_VOCAB_FILE), "w", encoding="utf-8") as f:
             f.write("".join(self.words[i] + "\n" for i in self.order))
@@ -397,6 +410,11 @@ class SentencePieceTokenizer(Tokenizer):
 
     def _reserved_base(self):
         return {self._sp.id_to_piece(i): i for i in (self._sp.eos_id(), self._sp.unk_id())}
+
+    def _unknown_base(self):
+        # piece_to_id gives the unknown id for a piece the model lacks.
+        kept = {self._sp.piece_to_id(piece) for piece in ("\u2581" + UNK, UNK)}
+        return sorted(kept | {self._sp.unk_id()})
 
     def save(self, directory):
         with open(os.path.join(directory, SP_MODEL_FILE), "wb") as f:

@@ -8,9 +8,12 @@ against a NumPy reference (tests/samplers/):
     top_k.py         `top_k_filter(logits, top_k)`: keep the k largest.
     top_p.py         `top_p_filter(logits, top_p)`: keep the nucleus of mass p.
     gumbel.py        `gumbel_max(logits, seeds)`: one draw per row, stateless seeds.
-    sampler.py       `sample_tokens`: temperature, top-k, top-p, then one draw
-                     (or greedy); what `serving.decoder.Decoder`, the exported
-                     SavedModel and the trainer's evaluation samples run.
+    mask.py          `mask_tokens(logits, ids)`: ids never drawn (-inf), e.g.
+                     the unknown-word token (`Tokenizer.unknown_ids()`).
+    sampler.py       `sample_tokens`: the excluded ids, temperature, top-k,
+                     top-p, then one draw (or greedy); what
+                     `serving.decoder.Decoder`, the exported SavedModel and
+                     the trainer's evaluation samples run.
 
 All work on float `[B, V]` tensors (B rows, V the vocabulary) inside or
 outside a `tf.function`, with the options as Python scalars or scalar tensors.

@@ -17,8 +17,10 @@ while the memory grows from 0 to `mem_len`. Memories padded to `mem_len` from
 the start would keep shapes fixed, but need an attention mask the model does
 not take (zero padding is attended to and changes the result).
 
-Sampling is `samplers.sampler.sample_tokens` (temperature, top-k, top-p, one
-Gumbel-max draw per row with the stateless seed `(seed + row, step)`, or greedy).
+Sampling is `samplers.sampler.sample_tokens` (excluded ids, temperature, top-k,
+top-p, one Gumbel-max draw per row with the stateless seed `(seed + row, step)`,
+or greedy). The decoder works on ids: text callers pass the tokenizer's
+`unknown_ids()` as `exclude_ids` unless the user allows the unknown token.
 
 Size glossary:
     B: rows (samples) generated together.    T: tokens of one forward pass.
@@ -79,7 +81,8 @@ class Decoder:
         state = model.state_signature()  # batch (and memory length) free
         options = [tf.TensorSpec([None, 2], tf.int64), tf.TensorSpec([], tf.float32),
                    tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.float32),
-                   tf.TensorSpec([], tf.bool)]  # seeds, temperature, top_k, top_p, greedy
+                   tf.TensorSpec([], tf.bool), tf.TensorSpec([None], tf.int32)]
+        # seeds, temperature, top_k, top_p, greedy, exclude_ids
         # Two compiled functions, not a fused forward + sample step: the model
         # is traced once (tracing costs seconds), sampling alone is cheap.
         self._forward = tf.function(self._forward_impl, input_signature=[ids, state],
@@ -133,7 +136,8 @@ class Decoder:
         return log_probs, state
 
     def generate(self, prompt_ids, num_tokens, *, num_samples=1, temperature=1.0, top_k=0,
-                 top_p=1.0, greedy=False, seed=None, chunk_len=None, return_log_probs=False):
+                 top_p=1.0, greedy=False, seed=None, chunk_len=None, exclude_ids=(),
+                 return_log_probs=False):
         """Generates `num_samples` continuations of one prompt.
 
         Args:
@@ -145,24 +149,26 @@ class Decoder:
             temperature, top_k, top_p, greedy: see `sample_tokens`.
             seed: int >= 0; None draws a random one.
             chunk_len: prompt tokens per forward pass (see `prefill`).
+            exclude_ids: ids in [0, V) never drawn (e.g. `tokenizer.unknown_ids()`).
             return_log_probs: also return the distribution of every step.
 
         Returns:
             int64 [B, N] token ids; with `return_log_probs`, also float32
-            [B, N, V] log-probabilities each token was drawn from (before
-            temperature and filtering).
+            [B, N, V] log-probabilities each token was drawn from (the model's,
+            before the excluded ids, temperature and filtering).
 
         Raises:
             GenerationError: an invalid argument, named.
         """
         check_sampling_args(num_tokens, temperature, top_k, top_p, num_samples)
         seed = _check_seed(seed)
+        exclude = _check_exclude(exclude_ids, self.model.vocab_size)
         log_probs, state = self.prefill(prompt_ids, chunk_len)
         # The prompt ran once for one row; the rows only differ from here on.
         log_probs = tf.repeat(log_probs, num_samples, axis=0)  # [B, V]
         state = [tf.repeat(s, num_samples, axis=0) for s in state]  # [B, ...]
         options = (tf.constant(temperature, tf.float32), tf.constant(top_k, tf.int32),
-                   tf.constant(top_p, tf.float32), tf.constant(bool(greedy)))
+                   tf.constant(top_p, tf.float32), tf.constant(bool(greedy)), exclude)
         rows = np.arange(num_samples, dtype=np.int64) + seed
 
         def seeds(step):
@@ -192,6 +198,14 @@ def _check_ids(prompt_ids, vocab_size):
     return ids.astype(np.int32)
 
 
+def _check_exclude(exclude_ids, vocab_size):
+    ids = np.asarray(exclude_ids, dtype=np.int64).reshape(-1)
+    if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
+        raise GenerationError(f"exclude_ids must be in [0, {vocab_size}) (the model's "
+                              f"vocabulary), got {ids.min()}..{ids.max()}")
+    return tf.constant(ids.astype(np.int32), tf.int32)  # [K]
+
+
 def _check_seed(seed):
     if seed is None:
         return secrets.randbits(62)
@@ -201,7 +215,7 @@ def _check_seed(seed):
 
 
 def generate(model, prompt_ids, num_tokens, *, temperature=1.0, top_k=0, top_p=1.0, greedy=False,
-             seed=None, mem_len=None, chunk_len=None):
+             seed=None, mem_len=None, chunk_len=None, exclude_ids=()):
     """Generates one continuation with the memory cache.
 
     Builds (and traces) a new `Decoder` per call: reuse a `Decoder` (or
@@ -218,11 +232,13 @@ def generate(model, prompt_ids, num_tokens, *, temperature=1.0, top_k=0, top_p=1
         seed: int >= 0 for a reproducible sample; None: random.
         mem_len: memory kept per attention memory; None: the model's mem_len.
         chunk_len: prompt tokens per forward pass; None: max(1, mem_len).
+        exclude_ids: ids never drawn (e.g. the tokenizer's `unknown_ids()`).
 
     Returns:
         list of `num_tokens` generated ids (the prompt not included).
     """
     decoder = Decoder(model, mem_len)
     tokens = decoder.generate(prompt_ids, num_tokens, temperature=temperature, top_k=top_k,
-                              top_p=top_p, greedy=greedy, seed=seed, chunk_len=chunk_len)
+                              top_p=top_p, greedy=greedy, seed=seed, chunk_len=chunk_len,
+                              exclude_ids=exclude_ids)
     return tokens[0].tolist()

@@ -21,6 +21,7 @@ needs `import tensorflow_text` first, which registers its op). Signatures:
              greedy: bool [], seed: int64 [])
         -> {"text": string [B], "continuation": string [B],
             "token_ids": int32 [B, N], "prompt_ids": int32 [L]}
+    generate_allow_unk(the same inputs) -> the same outputs
     tokenize(text: string []) -> {"token_ids": int32 [L]}
     detokenize(token_ids: int32 [L]) -> {"text": string []}
     serve(token_ids: int32 [B, T], state_0, ..., state_{k-1}: float32)
@@ -32,7 +33,9 @@ memory kept to `mem_len` (default: the run's eval_mem_len), then each of the
 B = num_samples rows samples N tokens with the stateless seed (seed + row,
 step) and the same temperature / top-k / top-p / greedy rules
 (`serving.generation.sample_tokens`): for one seed it returns the tokens
-`generate.py --seed` draws. `text` is the prompt followed by the
+`generate.py --seed` draws. `generate` never draws the unknown-word token
+(`Tokenizer.unknown_ids()`, WikiText's <unk>); `generate_allow_unk` may, as
+`generate.py --allow_unk`. `text` is the prompt followed by the
 continuation, what generate.py prints. An empty prompt starts at the
 tokenizer's line start. top_k 0 and top_p 1 keep every token.
 
@@ -172,17 +175,26 @@ class ServingModule(tf.Module):
                              for i, spec in enumerate(model.state_signature())]
         self.serve = tf.function(self._serve, input_signature=[
             tf.TensorSpec([None, None], tf.int32, name="token_ids"), *self._state_specs])
+        # Never drawn by `generate` (generate_allow_unk draws them).
+        self._unknown_ids = tf.constant(tokenizer.unknown_ids(), tf.int32, shape=[
+            len(tokenizer.unknown_ids())])
+        options = [tf.TensorSpec([], tf.string, name="prompt"),
+                   tf.TensorSpec([], tf.int32, name="num_tokens"),
+                   tf.TensorSpec([], tf.int32, name="num_samples"),
+                   tf.TensorSpec([], tf.float32, name="temperature"),
+                   tf.TensorSpec([], tf.int32, name="top_k"),
+                   tf.TensorSpec([], tf.float32, name="top_p"),
+                   tf.TensorSpec([], tf.bool, name="greedy"),
+                   tf.TensorSpec([], tf.int64, name="seed")]
         # autograph=False: the loops are explicit tf.while_loop / tf.cond, and
         # converting the model and tokenizer code would double the tracing time.
-        self.generate = tf.function(self._generate, autograph=False, input_signature=[
-            tf.TensorSpec([], tf.string, name="prompt"),
-            tf.TensorSpec([], tf.int32, name="num_tokens"),
-            tf.TensorSpec([], tf.int32, name="num_samples"),
-            tf.TensorSpec([], tf.float32, name="temperature"),
-            tf.TensorSpec([], tf.int32, name="top_k"),
-            tf.TensorSpec([], tf.float32, name="top_p"),
-            tf.TensorSpec([], tf.bool, name="greedy"),
-            tf.TensorSpec([], tf.int64, name="seed")])
+        # The two generate signatures call one traced function (traced once).
+        self._generate_any = tf.function(self._generate, autograph=False, input_signature=[
+            *options, tf.TensorSpec([], tf.bool, name="allow_unk")])
+        self.generate = tf.function(self._generate_without_unk, autograph=False,
+                                    input_signature=options)
+        self.generate_allow_unk = tf.function(self._generate_with_unk, autograph=False,
+                                              input_signature=options)
         self.tokenize = tf.function(
             lambda text: {"token_ids": self.tokenizer.encode(text)}, autograph=False,
             input_signature=[tf.TensorSpec([], tf.string, name="text")])
@@ -197,6 +209,7 @@ class ServingModule(tf.Module):
     def signatures(self):
         """name -> tf.function, for tf.saved_model.save (which traces them once, itself)."""
         return {SIGNATURE: self.serve, GENERATE_SIGNATURE: self.generate,
+                GENERATE_SIGNATURE + "_allow_unk": self.generate_allow_unk,
                 "tokenize": self.tokenize, "detokenize": self.detokenize}
 
     def _serve(self, token_ids, *state):
@@ -218,8 +231,18 @@ class ServingModule(tf.Module):
         """Shapes the state keeps through a loop: batch and memory length free."""
         return [tf.TensorShape(spec.shape) for spec in self._state_specs]
 
+    def _generate_without_unk(self, prompt, num_tokens, num_samples, temperature, top_k, top_p,
+                              greedy, seed):
+        return self._generate_any(prompt, num_tokens, num_samples, temperature, top_k, top_p,
+                                  greedy, seed, tf.constant(False))
+
+    def _generate_with_unk(self, prompt, num_tokens, num_samples, temperature, top_k, top_p,
+                           greedy, seed):
+        return self._generate_any(prompt, num_tokens, num_samples, temperature, top_k, top_p,
+                                  greedy, seed, tf.constant(True))
+
     def _generate(self, prompt, num_tokens, num_samples, temperature, top_k, top_p, greedy,
-                  seed):
+                  seed, allow_unk):
         checks = [
             tf.debugging.assert_greater_equal(num_tokens, 1, message="num_tokens must be >= 1"),
             tf.debugging.assert_greater_equal(num_samples, 1,
@@ -263,10 +286,13 @@ class ServingModule(tf.Module):
         state = [tf.repeat(s, num_samples, axis=0) for s in state]
         rows = seed + tf.range(tf.cast(num_samples, tf.int64), dtype=tf.int64)  # [B]
         tokens = tf.TensorArray(tf.int32, size=num_tokens)
+        exclude = tf.cond(allow_unk, lambda: tf.zeros([0], tf.int32),
+                          lambda: self._unknown_ids)  # [K]
 
         def step_fn(step, log_probs, tokens, *state):
             seeds = tf.stack([rows, tf.fill(tf.shape(rows), tf.cast(step, tf.int64))], axis=1)
-            token = sample_tokens(log_probs, seeds, temperature, top_k, top_p, greedy)  # [B]
+            token = sample_tokens(log_probs, seeds, temperature, top_k, top_p, greedy,
+                                  exclude)  # [B]
             tokens = tokens.write(step, token)
             log_probs, state = tf.cond(
                 step + 1 < num_tokens, lambda: self._next(token[:, None], state),

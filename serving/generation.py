@@ -8,7 +8,7 @@ a module each, and this module exports their public names as well:
     serving.errors    GenerationError
     serving.runs      Run, load_run, resolve_checkpoint, override_model
     serving.decoder   Decoder, generate, check_sampling_args (the state as a cache)
-    serving.prompts   Prompt, encode_prompt, continuation_text
+    serving.prompts   Prompt, encode_prompt, continuation_text, excluded_ids
     samplers          sample_tokens, filter_logits (temperature, top-k, top-p,
                       greedy, Gumbel-max draws with stateless seeds)
 """
@@ -19,11 +19,12 @@ from pardata.meta import META_FILE
 from samplers.sampler import filter_logits, sample_tokens
 from serving.decoder import Decoder, check_sampling_args, generate
 from serving.errors import GenerationError
-from serving.prompts import Prompt, continuation_text, encode_prompt
+from serving.prompts import Prompt, continuation_text, encode_prompt, excluded_ids
 from serving.runs import Run, load_run, override_model, resolve_checkpoint
 
 __all__ = ["META_FILE", "Decoder", "GenerationError", "Prompt", "Run", "check_sampling_args",
-           "continuation_text", "encode_prompt", "filter_logits", "generate", "generate_text",
+           "continuation_text", "encode_prompt", "excluded_ids", "filter_logits", "generate",
+           "generate_text",
            "load", "load_run", "override_model", "resolve_checkpoint", "sample_tokens"]
 
 
@@ -41,13 +42,14 @@ def load(model_dir=None, model=None, checkpoint="best", model_overrides=None):
 
 
 def generate_text(run, prompt, num_tokens, *, temperature=1.0, top_k=0, top_p=1.0, greedy=False,
-                  seed=None, mem_len=None, chunk_len=None):
+                  seed=None, mem_len=None, chunk_len=None, allow_unk=False):
     """Generates the text that follows `prompt` (the prompt not included).
 
     An empty prompt starts from the tokenizer's line start (`encode_prompt`).
     Prompt words the tokenizer does not know become its unknown token and are
-    listed in one logged warning. `mem_len` defaults to `run.default_mem_len`,
-    `chunk_len` to the run's seq_len; the other arguments are `generate`'s.
+    listed in one logged warning. The unknown token is never generated unless
+    `allow_unk`. `mem_len` defaults to `run.default_mem_len`, `chunk_len` to the
+    run's seq_len; the other arguments are `generate`'s.
     """
     check_sampling_args(num_tokens, temperature, top_k, top_p)
     encoded = encode_prompt(run.tokenizer, prompt)
@@ -56,6 +58,6 @@ def generate_text(run, prompt, num_tokens, *, temperature=1.0, top_k=0, top_p=1.
                         " ".join(encoded.unknown_words))
     tokens = run.decoder(mem_len).generate(
         encoded.ids, num_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-        greedy=greedy, seed=seed,
+        greedy=greedy, seed=seed, exclude_ids=excluded_ids(run.tokenizer, allow_unk),
         chunk_len=run.config.seq_len if chunk_len is None else chunk_len)
     return continuation_text(run.tokenizer, encoded, tokens[0])

@@ -17,10 +17,12 @@
   evaluation defaults), and `source`: run name, checkpoint and step.
 
 So a `.keras` file alone generates and evaluates text (`generate.py
---model=`, `evaluate.py --model=`): no run directory, no built data. Load it
-with `load_package(path)` (a `serving.generation.Run`), or with
-`keras.saving.load_model(path)` after `import serving.packaged` (which
-registers the classes, package "par").
+--model=`, `evaluate.py --model=`): no run directory, no built data. In
+Python, `import par` (par.py at the repository root: it registers the
+classes, package "par") and `keras.saving.load_model(path)` give a
+`PackagedLM` whose `generate(prompts, max_length=...)` and `score(texts)`
+return what generate.py and evaluate.py give (serving/texts.py);
+`load_package(path)` gives a `serving.generation.Run`.
 
 A `.keras` file written before this format (a bare `TransformerXLLM` or
 `ShaRnnLM`) still loads with `keras.saving.load_model`, but has no
@@ -42,6 +44,7 @@ from runstore import run_dir
 from runstore.config import RunConfig
 from serving.errors import GenerationError
 from serving.runs import Run, override_model
+from serving.texts import generate_texts, score_texts
 
 # The families' layers must be registered before a package is deserialized.
 register_keras_objects()
@@ -104,6 +107,12 @@ class TokenizerAssets(keras.layers.Layer):
         self.tokenizer = tok
 
 
+class _RunCache:
+    """Holds a package's `Run` out of Keras's attribute tracking."""
+
+    run = None
+
+
 def _deserialize(value):
     return keras.saving.deserialize_keras_object(value) if isinstance(value, dict) else value
 
@@ -136,6 +145,7 @@ class PackagedLM(keras.Model):
         self._run_config_json = json.dumps(run_config, sort_keys=True)
         self._source_json = json.dumps(source or {}, sort_keys=True)
         self.storage_dtype = storage_dtype
+        self._cache = _RunCache()
         self.built = True
 
     @property
@@ -156,6 +166,40 @@ class PackagedLM(keras.Model):
 
     def call(self, inputs, state=None, training=False, mem_len=None):
         return self.lm(inputs, state, training=training, mem_len=mem_len)
+
+    def generate(self, prompts, max_length=None, *, num_tokens=None, sampler=None,
+                 temperature=None, top_k=None, top_p=None, seed=None, allow_unk=False):
+        """Continues each prompt as generate.py does for the same seed and options.
+
+        `generate("The game", max_length=40, sampler="top_p", top_p=0.9, seed=1)`:
+        a str for a str, a list for a list of prompts (prompt i drawn with seed + i),
+        each the prompt followed by its continuation. `max_length` counts the
+        prompt's tokens (KerasHub's meaning), `num_tokens` only the new ones
+        (default 100); `sampler` is "greedy", "temperature", "top_k", "top_p" or
+        None (temperature, top_k and top_p combined as given). The unknown-word
+        token is never generated unless `allow_unk`. See
+        `serving.texts.generate_texts`.
+        """
+        return generate_texts(self._serving_run(), prompts, max_length, num_tokens=num_tokens,
+                              sampler=sampler, temperature=temperature, top_k=top_k,
+                              top_p=top_p, seed=seed, allow_unk=allow_unk)
+
+    def score(self, texts, *, batch_size=None, seq_len=None, mem_len=None):
+        """Perplexity of each text as evaluate.py --text_file gives it: a dict
+        (`perplexity`, `nll` per token, `tokens`, `word_perplexity`,
+        `bits_per_byte`, ...) for a str, a list of them for a list. See
+        `serving.texts.score_texts`."""
+        return score_texts(self._serving_run(), texts, batch_size=batch_size, seq_len=seq_len,
+                           mem_len=mem_len)
+
+    def _serving_run(self):
+        """The package as a `Run` (made once; its compiled decoders are reused)."""
+        if self._cache.run is None:
+            if self.tokenizer is None:
+                raise PackageError("this PackagedLM has no tokenizer (its assets were not "
+                                   "loaded): load the file with keras.saving.load_model")
+            self._cache.run = run_from_package(self, self.name)
+        return self._cache.run
 
     def get_config(self):
         lm = keras.saving.serialize_keras_object(self.lm)
@@ -304,6 +348,12 @@ def load_package(path, model_overrides=None):
         PackageError: a missing file, not a Keras file, a file of another
             project, or an older `.keras` without tokenizer assets.
     """
+    return run_from_package(load_packaged_lm(path), os.fspath(path), model_overrides)
+
+
+def load_packaged_lm(path):
+    """The `PackagedLM` of a `.keras` package (`par.load`), checked as `load_package` checks
+    it: a PackageError naming the file and the fix instead of Keras's error."""
     path = check_package_file(path)
     try:
         package = keras.saving.load_model(path, compile=False)
@@ -314,6 +364,11 @@ def load_package(path, model_overrides=None):
     if not isinstance(package, PackagedLM) or package.tokenizer is None:
         raise PackageError(f"--model={path} has no tokenizer assets: export it again with "
                            "export.py")
+    return package
+
+
+def run_from_package(package, path, model_overrides=None):
+    """The `Run` of a loaded `PackagedLM` (see `load_package`); `path` names it."""
     lm = check_model(package.lm)
     config = _run_config(package, _model_config(lm))
     if model_overrides:

@@ -1,4 +1,5 @@
-"""Text prompts: encoding a prompt for generation and decoding what follows it."""
+"""Text prompts: encoding a prompt for generation, the ids never generated, and decoding
+what follows it."""
 
 import dataclasses
 
@@ -67,6 +68,12 @@ def encode_prompt(tokenizer, text):
         raise GenerationError(f"the {tokenizer.kind} tokenizer cannot encode the prompt: "
                               f"{error}") from None
     return Prompt(text, tuple(int(i) for i in ids), tuple(unknown), start)
+
+
+def excluded_ids(tokenizer, allow_unk=False):
+    """The ids generation never draws: the tokenizer's unknown-word ids
+    (`Tokenizer.unknown_ids()`, e.g. WikiText's <unk>) unless `allow_unk`."""
+    return [] if allow_unk else tokenizer.unknown_ids()
 
 
 def continuation_text(tokenizer, prompt, new_ids):

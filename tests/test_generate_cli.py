@@ -47,20 +47,27 @@ def test_generate_cli_matches_the_library(trained):
     from serving.generation import encode_prompt, load_run
 
     prompt = "the game of qwertyzz"
-    code, stdout, stderr = _finish(_start(
-        "generate.py", f"--model_dir={trained}", f"--prompt={prompt}", "--num_tokens=7",
-        "--num_samples=2", "--seed=3", "--top_k=20", "--temperature=0.9"))
+    flags = ["generate.py", f"--model_dir={trained}", f"--prompt={prompt}", "--num_tokens=7",
+             "--num_samples=2", "--seed=3", "--top_k=20", "--temperature=0.9"]
+    allowed = _start(*flags, "--allow_unk")
+    code, stdout, stderr = _finish(_start(*flags))
     assert code == 0, stderr[-3000:]
     # One warning however many samples.
     assert stderr.count("unknown to the tokenizer") == 1 and "qwertyzz" in stderr
     run = load_run(trained)  # the best checkpoint written by train.py
     encoded = encode_prompt(run.tokenizer, prompt)
-    tokens = run.decoder().generate(encoded.ids, 7, num_samples=2, seed=3, top_k=20,
-                                    temperature=0.9, chunk_len=run.config.seq_len)
-    expected = ""
-    for i, row in enumerate(tokens):
-        expected += f"=== sample {i} (seed {3 + i}) ===\n{prompt} {run.tokenizer.decode(row)}\n"
-    assert stdout == expected
+    # By default the unknown-word token is excluded; --allow_unk draws from all ids.
+    for exclude, (code, out, err) in ((run.tokenizer.unknown_ids(), (code, stdout, stderr)),
+                                      ([], _finish(allowed))):
+        assert code == 0, err[-3000:]
+        tokens = run.decoder().generate(encoded.ids, 7, num_samples=2, seed=3, top_k=20,
+                                        temperature=0.9, chunk_len=run.config.seq_len,
+                                        exclude_ids=exclude)
+        expected = ""
+        for i, row in enumerate(tokens):
+            expected += (f"=== sample {i} (seed {3 + i}) ===\n{prompt} "
+                         f"{run.tokenizer.decode(row)}\n")
+        assert out == expected, exclude
     # The weights are the checkpoint's, read here without the serving code.
     import tensorflow as tf
 

@@ -553,7 +553,8 @@ class Trainer:
         hidden, new_state = self.model(inputs, model_state, training=False,
                                        mem_len=self._sample_mem_len)
         log_probs = self.model.log_probs(hidden[:, -1:])[:, 0]  # [1, V]
-        token = sample_tokens(log_probs, seed[None])[:, None]  # [1, 1], serving's sampler
+        token = sample_tokens(log_probs, seed[None],  # [1], serving's sampler, never <unk>
+                              exclude_ids=self.tokenizer.unknown_ids())[:, None]  # [1, 1]
         return token, new_state
 
     def sample_text(self, num_tokens, step):

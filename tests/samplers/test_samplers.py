@@ -119,3 +119,39 @@ def test_sample_tokens_composes_temperature_top_k_top_p_and_greedy():
                                   expected.numpy())
     np.testing.assert_array_equal(
         sample_tokens(logits, seeds, 0.7, 5, 0.8, greedy=True).numpy(), logits.argmax(-1))
+
+
+@pytest.mark.parametrize("ids", [[], [3], [0, 7, 39], [7, 7]])
+def test_mask_tokens_sets_the_given_ids_to_minus_inf(ids):
+    from samplers.mask import mask_tokens
+
+    logits = _logits(4)
+    expected = logits.copy()
+    for i in ids:  # one column at a time, in every row
+        expected[:, i] = -np.inf
+    np.testing.assert_array_equal(mask_tokens(logits, ids).numpy(), expected)
+
+
+def test_sample_tokens_never_draws_an_excluded_id_even_when_it_is_the_likeliest():
+    from samplers.gumbel import gumbel_max
+    from samplers.sampler import sample_tokens
+
+    rows = 2000
+    logits = np.tile(_logits(5, (1, 40)), (rows, 1))
+    logits[:, 11] = 50.0  # nearly all the mass
+    seeds = np.stack([np.arange(rows), np.full(rows, 3)], axis=1).astype(np.int64)
+    assert (sample_tokens(logits, seeds).numpy() == 11).all()  # drawn when allowed
+    for options in ({}, {"temperature": 2.0}, {"top_k": 1}, {"top_p": 0.5}, {"greedy": True}):
+        drawn = sample_tokens(logits, seeds, exclude_ids=[11, 12], **options).numpy()
+        assert not np.isin(drawn, [11, 12]).any(), options
+    # The draw is the one of the masked distribution, the same seeds.
+    masked = logits.copy()
+    masked[:, [11, 12]] = -np.inf
+    np.testing.assert_array_equal(sample_tokens(logits, seeds, 0.7, 5, 0.8, exclude_ids=[11, 12]),
+                                  sample_tokens(masked, seeds, 0.7, 5, 0.8))
+    np.testing.assert_array_equal(sample_tokens(logits, seeds, exclude_ids=[11, 12]),
+                                  gumbel_max(masked, seeds))
+    np.testing.assert_array_equal(
+        sample_tokens(logits, seeds, greedy=True, exclude_ids=[11]).numpy(),
+        np.delete(logits, 11, axis=1).argmax(-1) + (np.delete(logits, 11, axis=1).argmax(-1)
+                                                    >= 11))

@@ -6,7 +6,9 @@ directories and the data are deleted, and in clean processes
 `generate.py --model=<file>` prints what `generate.py --model_dir=<run>`
 printed, and the SavedModel's `generate` signature (loaded with TensorFlow
 and tensorflow_text only) returns the same texts and the same token ids as
-the library's `Decoder` on the run, for the same seeds.
+the library's `Decoder` on the run, for the same seeds: without the unknown-word
+token (`generate`, generate.py's default), and with it allowed
+(`generate_allow_unk`, the Decoder without excluded ids).
 """
 
 import json
@@ -39,15 +41,18 @@ import tensorflow_text  # noqa: F401  (the sentencepiece op)
 cases = json.loads(sys.argv[1])
 out = {}
 for name, case in cases.items():
-    generate = tf.saved_model.load(case["saved"]).signatures["generate"]
+    signatures = tf.saved_model.load(case["saved"]).signatures
     o = case["options"]
-    result = generate(prompt=tf.constant(case["prompt"]), num_tokens=tf.constant(o["num_tokens"]),
-                      num_samples=tf.constant(o["num_samples"]),
-                      temperature=tf.constant(o["temperature"], tf.float32),
-                      top_k=tf.constant(o["top_k"]), top_p=tf.constant(o["top_p"], tf.float32),
-                      greedy=tf.constant(o["greedy"]), seed=tf.constant(o["seed"], tf.int64))
+    inputs = dict(prompt=tf.constant(case["prompt"]), num_tokens=tf.constant(o["num_tokens"]),
+                  num_samples=tf.constant(o["num_samples"]),
+                  temperature=tf.constant(o["temperature"], tf.float32),
+                  top_k=tf.constant(o["top_k"]), top_p=tf.constant(o["top_p"], tf.float32),
+                  greedy=tf.constant(o["greedy"]), seed=tf.constant(o["seed"], tf.int64))
+    result = signatures["generate"](**inputs)
     out[name] = {"saved_text": [t.decode("utf-8") for t in result["text"].numpy()],
-                 "saved_ids": result["token_ids"].numpy().tolist()}
+                 "saved_ids": result["token_ids"].numpy().tolist(),
+                 "saved_unk_ids": signatures["generate_allow_unk"](
+                     **inputs)["token_ids"].numpy().tolist()}
 project = sorted(m for m in sys.modules if m.split(".")[0] in
                  ("model", "serving", "training", "pardata", "data_utils"))
 assert not project, project
@@ -62,7 +67,7 @@ for name, case in cases.items():
     tokens = run.decoder().generate(
         ids, o["num_tokens"], num_samples=o["num_samples"], temperature=o["temperature"],
         top_k=o["top_k"], top_p=o["top_p"], greedy=o["greedy"], seed=o["seed"],
-        chunk_len=run.config.seq_len)
+        chunk_len=run.config.seq_len, exclude_ids=run.tokenizer.unknown_ids())
     out[name]["keras_ids"] = tokens.tolist()
 print("RESULT " + json.dumps(out))
 """
@@ -109,17 +114,19 @@ def test_exports_alone_reproduce_the_run(tmp_path, wikitext2_root, cli_cases):
     by_dir = cli_cases("generate.py", {
         name: [f"--model_dir={c['run']}", f"--prompt={c['prompt']}", *_flags(c["options"])]
         for name, c in cases.items()})
-    expected_ids = {}
+    expected_ids, unk_ids, unknown = {}, {}, {}
     for name, case in cases.items():
         code, stdout, stderr = by_dir[name]
         assert code == 0, (name, stderr[-2000:])
         run = load_run(case["run"])
         o = case["options"]
-        expected_ids[name] = run.decoder().generate(
-            encode_prompt(run.tokenizer, PROMPT).ids, o["num_tokens"],
-            num_samples=o["num_samples"], temperature=o["temperature"], top_k=o["top_k"],
-            top_p=o["top_p"], greedy=o["greedy"], seed=o["seed"],
-            chunk_len=run.config.seq_len).tolist()
+        unknown[name] = run.tokenizer.unknown_ids()
+        for ids, exclude in ((expected_ids, unknown[name]), (unk_ids, [])):
+            ids[name] = run.decoder().generate(
+                encode_prompt(run.tokenizer, PROMPT).ids, o["num_tokens"],
+                num_samples=o["num_samples"], temperature=o["temperature"], top_k=o["top_k"],
+                top_p=o["top_p"], greedy=o["greedy"], seed=o["seed"],
+                chunk_len=run.config.seq_len, exclude_ids=exclude).tolist()
         export.export_keras(run, case["keras"])
         export.export_saved_model(run, case["saved"])
 
@@ -148,6 +155,7 @@ def test_exports_alone_reproduce_the_run(tmp_path, wikitext2_root, cli_cases):
         assert stdout == by_dir[name][1], name
         assert clean[name]["keras_ids"] == expected_ids[name], name
         assert clean[name]["saved_ids"] == expected_ids[name], name
+        assert clean[name]["saved_unk_ids"] == unk_ids[name], name
         assert clean[name]["saved_text"] == texts, name
     # The prompt can come from standard input (--prompt_file=-), no prompt file needed.
     name = "transformer_xl-sentencepiece"
@@ -157,6 +165,8 @@ def test_exports_alone_reproduce_the_run(tmp_path, wikitext2_root, cli_cases):
         text=True, timeout=600, env=dict(os.environ, PYTHONPATH=str(PROJECT_ROOT),
                                          TF_CPP_MIN_LOG_LEVEL="2"))
     assert piped.returncode == 0 and piped.stdout == by_dir[name][1], piped.stderr[-2000:]
+    for name, ids in expected_ids.items():  # never the unknown-word token by default
+        assert not set(unknown[name]) & {i for row in ids for i in row}, name
     # The seeds matter: the sampled rows differ.
     assert any(ids[0] != ids[1] for name, ids in expected_ids.items()
                if not cases[name]["options"]["greedy"])

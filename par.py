@@ -1,0 +1,57 @@
+"""The project's public Python API: `import par`, then load, generate and score.
+
+    import keras
+    import par  # registers the project's Keras classes (package "par")
+
+    lm = keras.saving.load_model("pretrained/wt2_base.keras")  # or par.load(path)
+    lm.generate("The game was released in", max_length=40, sampler="top_p", top_p=0.9, seed=1)
+    lm.score("The game was released in 2004 .")["perplexity"]
+
+Importing this module registers every Keras class a `.keras` file of the
+project holds (the package `PackagedLM`, its `TokenizerAssets`, the layers
+of every model family), so `keras.saving.load_model` opens any `.keras`
+file export.py writes. Run Python from the repository root (or put the root
+on PYTHONPATH); the rest of the code is internal.
+
+Entry points:
+    load(path)                       the `PackagedLM` of a `.keras` file, with
+                                     one-line errors (a missing or damaged
+                                     file, another project's file)
+    generate(model, prompts, ...)    `model.generate`: the text generate.py
+                                     prints for the same seed and options
+    score(model, texts, ...)         `model.score`: evaluate.py's perplexity,
+                                     NLL per token and tokens of each text
+    PackagedLM                       the loaded model (serving/packaged.py)
+    SAMPLERS                         "greedy", "temperature", "top_k", "top_p"
+
+Generation never emits the unknown-word token (WikiText's <unk>) unless
+`allow_unk=True`.
+"""
+
+from serving.errors import EvaluationError, GenerationError
+from serving.packaged import PackagedLM, PackageError, load_packaged_lm
+from serving.texts import SAMPLERS
+
+__all__ = ["EvaluationError", "GenerationError", "PackageError", "PackagedLM", "SAMPLERS",
+           "generate", "load", "score"]
+
+
+def load(path):
+    """The `PackagedLM` of a `.keras` file written by export.py (computing in float32).
+
+    Raises:
+        PackageError: a missing file, not a Keras file, a file of another
+            project, or an older `.keras` without its tokenizer (the message
+            says how to export it again).
+    """
+    return load_packaged_lm(path)
+
+
+def generate(model, prompts, max_length=None, **options):
+    """`model.generate(prompts, max_length, **options)` (see `PackagedLM.generate`)."""
+    return model.generate(prompts, max_length, **options)
+
+
+def score(model, texts, **settings):
+    """`model.score(texts, **settings)` (see `PackagedLM.score`)."""
+    return model.score(texts, **settings)
