@@ -29,6 +29,7 @@ it links to. Each failure is reported as `page:line: <number> ...`.
 
 import argparse
 import ast
+import bisect
 import decimal
 import operator
 import pathlib
@@ -82,12 +83,12 @@ def page_figures(line):
 
 
 def file_numbers(paths):
-    """Every number in the text files under `paths`, sorted (decimals)."""
+    """Every number in the files `paths` names and the text files under its directories, sorted."""
     numbers = set()
     for path in paths:
         files = sorted(path.rglob("*")) if path.is_dir() else [path]
         for file in files:
-            if file.is_file() and file.suffix in TEXT_SUFFIXES:
+            if file.is_file() and (file.suffix in TEXT_SUFFIXES or not path.is_dir()):
                 text = file.read_text(encoding="utf-8", errors="replace")
                 for match in FILE_NUMBER.finditer(text):
                     try:
@@ -99,7 +100,6 @@ def file_numbers(paths):
 
 def in_numbers(figure, numbers):
     """Whether a sorted list of file numbers holds one that rounds to the figure."""
-    import bisect
     low = bisect.bisect_left(numbers, figure.value - figure.half_unit * 2)
     high = bisect.bisect_right(numbers, figure.value + figure.half_unit * 2)
     return any(figure.matches(number) for number in numbers[low:high])
@@ -204,7 +204,8 @@ def check_page(page, root=ROOT):
     evidence = PageEvidence(page, root)
     name = page.relative_to(root) if page.is_relative_to(root) else page
     failures = [f"{name}:{line}: {message}" for line, message in evidence.check_derived()]
-    sources = ", ".join(str(path.relative_to(root)) for path in evidence.paths) or "it has none"
+    sources = ", ".join(str(path.relative_to(root) if path.is_relative_to(root) else path)
+                        for path in evidence.paths) or "it has none"
     for line, text in table_lines(evidence.lines):
         for figure in page_figures(text):
             if not evidence.backs(figure):
@@ -244,6 +245,15 @@ def results_pages(root=ROOT):
     return sorted((root / RESULTS).glob("*.md"))
 
 
+def _root_of(page):
+    """The repository a page lies in (the project's root for a page outside it)."""
+    path = pathlib.Path(page).resolve()
+    for parent in path.parents:
+        if parent.name == "docs" and parent.parent.joinpath(RESULTS) == path.parent:
+            return parent.parent
+    return ROOT
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("pages", nargs="*", help="pages to check (default: every results page "
@@ -251,7 +261,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         if args.pages:
-            failures = [f for page in args.pages for f in check_page(pathlib.Path(page).resolve())]
+            failures = [f for page in args.pages
+                        for f in check_page(pathlib.Path(page).resolve(), _root_of(page))]
         else:
             failures = [f for page in results_pages() for f in check_page(page)]
             failures += check_readme(ROOT / "README.md")
