@@ -85,6 +85,22 @@ def test_planted_number_is_reported_with_page_and_line(tmp_path):
     assert failures[0].startswith("docs/results/x.md:6: 99.99 is in no artefact")
 
 
+def test_bold_prose_figures_are_checked_plain_prose_is_not(tmp_path):
+    page = _page(tmp_path, "# x\n\nThe run ends at **42.15** (valid), test **12.34**;\n"
+                           "an aside of 77.7 is not a headline.\n",
+                 {"metrics.json": '{"ppl": 42.1483}'})
+    failures = ev.check_page(page, tmp_path)
+    assert [f.split(" is ")[0] for f in failures] == ["docs/results/x.md:3: 12.34"]
+
+
+def test_generated_bench_tables_are_left_to_their_own_check(tmp_path):
+    page = _page(tmp_path, "<!-- bench_tables:begin x -->\n| 5.55 |\n|---|\n"
+                           "<!-- bench_tables:end -->\n| 6.66 |\n",
+                 {"a.json": "{}"})
+    assert [f.split(" is ")[0] for f in ev.check_page(page, tmp_path)] == [
+        "docs/results/x.md:5: 6.66"]
+
+
 def test_rounding_is_the_pages_last_digit():
     numbers = sorted(decimal.Decimal(x) for x in ("42.1483", "2478916", "8500"))
     assert ev.in_numbers(ev.Figure("42.15"), numbers)

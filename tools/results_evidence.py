@@ -9,12 +9,14 @@ in a `bench_tables` block) and any path a comment in the page declares:
 
     <!-- evidence: docs/results/other_run bench/results/x.json -->
 
-Every number in a table row of the page (header rows included; text in backticks and link
-targets excluded) must match a number of those files at the page's rounding: 42.15 matches
-42.1483 (within half a unit of its last printed digit), 54,520 matches 54520, 2.48M matches
-2478916 and 8.5k matches 8500. A figure the page computes from two artefact numbers is
-declared with its formula; the check recomputes it and every literal of the formula must
-itself be in the artefacts:
+Every number in a table row of the page (header rows included) and in a bold span of its
+prose (text in backticks and link targets excluded) must match a number of those files at
+the page's rounding: 42.15 matches 42.1483 (within half a unit of its last printed digit),
+54,520 matches 54520, 2.48M matches 2478916 and 8.5k matches 8500. Tables between
+`bench_tables` markers are generated from their JSON and checked by `tools.bench_tables`.
+A figure the page computes from artefact numbers is declared with its formula (numbers,
++ - * /, parentheses, ln()); the check recomputes it, and every literal of the formula must
+itself be in the artefacts or quoted:
 
     <!-- derived: 0.58 = 83 / 144 -->
 
@@ -53,6 +55,7 @@ CODE_SPAN = re.compile(r"`[^`]*`")
 LINK_TARGET = re.compile(r"\]\([^)]*\)")
 RANGE_DASH = re.compile(r"(\d)-(?=\d)")
 SCALE = {"M": 6, "k": 3}
+BOLD = re.compile(r"\*\*([^*]+)\*\*")
 
 
 class EvidenceError(RuntimeError):
@@ -186,7 +189,8 @@ class PageEvidence:
 
 
 def table_lines(lines):
-    """(line number, text) of the table rows of a page, separator rows and generated blocks out."""
+    """(line number, text) a page's figures are read from: its table rows (separator rows and
+    generated blocks out) and the bold spans of its prose (the headline figures)."""
     rows = []
     generated = False
     for number, line in enumerate(lines, 1):
@@ -196,6 +200,8 @@ def table_lines(lines):
             generated = False
         elif line.startswith("|") and not generated and not re.fullmatch(r"[|:\- ]+", line):
             rows.append((number, line))
+        elif not generated and BOLD.search(line):
+            rows.append((number, " ".join(BOLD.findall(line))))
     return rows
 
 
