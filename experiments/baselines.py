@@ -129,22 +129,35 @@ def scoring_windows(length, context, stride):
     return windows
 
 
-def sliding_nll(logits_fn, ids, context, stride):
+def _picked_log_probs(logits, targets):
+    """log p(target) per position of logits [N, T, V] (float64, stable log-softmax)."""
+    logits = np.asarray(logits, dtype="float64")
+    logits = logits - logits.max(axis=-1, keepdims=True)
+    log_norm = np.log(np.exp(logits).sum(axis=-1))
+    rows, cols = np.indices(targets.shape)
+    return logits[rows, cols, targets] - log_norm
+
+
+def sliding_nll(logits_fn, ids, context, stride, batch_size=64):
     """(total NLL in nats, scored targets) of a stream, each target scored once.
 
-    `logits_fn(inputs [1, T]) -> logits [1, T, V]` (no dropout).
+    `logits_fn(inputs [N, T]) -> logits [N, T, V]` (no dropout); windows of equal length
+    go through it `batch_size` at a time.
     """
     ids = np.asarray(ids, dtype="int32")
     total, count = 0.0, 0
-    for start, first in scoring_windows(len(ids), context, stride):
-        window = ids[start:start + context + 1]
-        logits = np.asarray(logits_fn(window[None, :-1]), dtype="float64")[0]
-        logits = logits - logits.max(axis=-1, keepdims=True)
-        log_probs = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
-        targets = window[1:]
-        picked = log_probs[np.arange(len(targets)), targets][first:]
-        total -= float(picked.sum())
-        count += len(picked)
+    windows = scoring_windows(len(ids), context, stride)
+    full = [w for w in windows if w[0] + context + 1 <= len(ids)]
+    short = [w for w in windows if w[0] + context + 1 > len(ids)]
+    groups = [full[i:i + batch_size] for i in range(0, len(full), batch_size)]
+    groups += [[w] for w in short]  # at most a few windows at the stream's end
+    for group in groups:
+        length = min(context + 1, len(ids) - group[0][0])
+        batch = np.stack([ids[start:start + length] for start, _ in group])
+        picked = _picked_log_probs(logits_fn(batch[:, :-1]), batch[:, 1:])
+        for row, (_, first) in enumerate(group):
+            total -= float(picked[row, first:].sum())
+            count += length - 1 - first
     return total, count
 
 

@@ -50,6 +50,11 @@ def test_sliding_nll_matches_a_per_target_loop():
     total, count = baselines.sliding_nll(lambda x: model(x, training=False), ids, 6, 1)
     assert count == 22
     np.testing.assert_allclose(total, _reference_nll(model, ids, 6), rtol=1e-5)
+    # Batching the windows changes nothing.
+    one = baselines.sliding_nll(lambda x: model(x, training=False), ids, 6, 3, batch_size=1)
+    four = baselines.sliding_nll(lambda x: model(x, training=False), ids, 6, 3, batch_size=4)
+    assert one[1] == four[1] == 22
+    np.testing.assert_allclose(one[0], four[0], rtol=1e-6)
     # A context that holds the whole stream scores it in one window, whatever the stride.
     whole, _ = baselines.sliding_nll(lambda x: model(x, training=False), ids[:6], 6, 2)
     np.testing.assert_allclose(whole, _reference_nll(model, ids[:6], 6), rtol=1e-5)
