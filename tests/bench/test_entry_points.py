@@ -14,9 +14,10 @@ ENTRY_POINTS = [
     "bench.bench_span", "bench.bench_span_reference", "bench.bench_threads",
     "bench.bench_train", "bench.profile_step",
     "experiments.bench_commits", "experiments.bench_commits_worker",
-    "experiments.compare_families", "experiments.cost_sweep", "experiments.span_fidelity",
+    "experiments.baselines", "experiments.compare_families", "experiments.cost_sweep",
+    "experiments.span_fidelity",
     "tools.bench_tables", "tools.collect_run", "tools.flags_doc", "tools.freeze_replay",
-    "tools.import_graph", "tools.spm_from_vocab",
+    "tools.import_graph", "tools.results_evidence", "tools.spm_from_vocab", "tools.wall_time",
 ]
 
 
