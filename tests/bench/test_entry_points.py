@@ -17,6 +17,7 @@ ENTRY_POINTS = [
     "experiments.baselines", "experiments.compare_families", "experiments.cost_sweep",
     "experiments.span_fidelity",
     "tools.bench_tables", "tools.collect_run", "tools.flags_doc", "tools.freeze_replay",
+    "tools.function_lengths",
     "tools.import_graph", "tools.results_evidence", "tools.spm_from_vocab", "tools.wall_time",
 ]
 
