@@ -376,15 +376,22 @@ def test_generate_text_word(word_run, caplog):
                         + " ".join(expected)]
     encoded = encode_prompt(tok, prompt)
     assert encoded.unknown_words == tuple(expected) and encoded.ids == tuple(tok.encode(prompt))
-    tokens = run.decoder().generate(encoded.ids, 15, seed=7, top_p=0.9, chunk_len=4)[0]
+    # The unknown-word token is excluded unless allowed.
+    assert tok.unknown_ids() == [tok.reserved_ids()["<unk>"]]
+    tokens = run.decoder().generate(encoded.ids, 15, seed=7, top_p=0.9, chunk_len=4,
+                                    exclude_ids=tok.unknown_ids())[0]
     assert text == " " + tok.decode(tokens)  # words: one space after the prompt
+    allowed = run.decoder().generate(encoded.ids, 15, seed=7, top_p=0.9, chunk_len=4)[0]
+    assert generate_text(run, prompt, 15, seed=7, top_p=0.9, chunk_len=4,
+                         allow_unk=True) == " " + tok.decode(allowed)
     # "<unk>" itself is a word of WikiText, not an unknown one.
     assert encode_prompt(tok, "the <unk> of").unknown_words == ()
     # An empty prompt starts at a line start (<eos>) that is not part of the text.
     empty = encode_prompt(tok, "")
     assert empty.ids == (tok.eos_id,) and empty.from_line_start
     text = generate_text(run, "", 6, greedy=True)
-    assert text == tok.decode(run.decoder().generate([tok.eos_id], 6, greedy=True)[0])
+    assert text == tok.decode(run.decoder().generate([tok.eos_id], 6, greedy=True,
+                                                     exclude_ids=tok.unknown_ids())[0])
 
 
 def test_generate_text_byte_fixed_architecture(byte_run):
