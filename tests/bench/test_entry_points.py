@@ -16,6 +16,7 @@ ENTRY_POINTS = [
     "experiments.bench_commits", "experiments.bench_commits_worker",
     "experiments.compare_families", "experiments.cost_sweep", "experiments.span_fidelity",
     "tools.bench_tables", "tools.collect_run", "tools.flags_doc", "tools.freeze_replay",
+    "tools.function_lengths",
     "tools.import_graph", "tools.spm_from_vocab",
 ]
 
