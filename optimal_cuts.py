@@ -135,8 +135,9 @@ class CutoffResult:
 
 
 @dataclasses.dataclass(frozen=True)
-class _CostModel:
-    """The objective in count units (costs times the total count `T`)."""
+class CostModel:
+    """The objective in count units (costs times the total count `T`); the tests check
+    its tail cost against the quadrangle inequality."""
 
     d_model: int
     dims: tuple
@@ -191,7 +192,7 @@ def _setup(counts, num_tails, d_model, proj_factor, proj_dims,
         raise CutoffArgumentError(
             "num_tails", f"={num_tails} must be smaller than the vocabulary "
             f"size {values.size} (every cluster needs a token); use fewer tails")
-    model = _CostModel(
+    model = CostModel(
         d_model=_check_int("d_model", d_model, 1),
         dims=_checked_tail_dims(d_model, num_tails, proj_factor, proj_dims),
         min_matmul_cols=_check_int("min_matmul_cols", min_matmul_cols, 0),

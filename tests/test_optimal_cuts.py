@@ -207,11 +207,11 @@ def test_tail_cost_satisfies_quadrangle_inequality():
     for trial in range(30):
         counts = np.sort(zipf_counts(rng, 22))[::-1].astype(np.float64)
         prefix = np.concatenate([[0.0], np.cumsum(counts)])
-        model = oc._CostModel(d_model=int(rng.integers(1, 64)),
-                              dims=(int(rng.integers(1, 40)),),
-                              min_matmul_cols=int(rng.choice([0, 3, 10, 30])),
-                              matmul_overhead=float(rng.choice([0, 7.5])),
-                              logit_cost=float(rng.choice([0, 1.5, 60])))
+        model = oc.CostModel(d_model=int(rng.integers(1, 64)),
+                             dims=(int(rng.integers(1, 40)),),
+                             min_matmul_cols=int(rng.choice([0, 3, 10, 30])),
+                             matmul_overhead=float(rng.choice([0, 7.5])),
+                             logit_cost=float(rng.choice([0, 1.5, 60])))
         a, b = np.meshgrid(np.arange(23), np.arange(23), indexing="ij")
         # Entries below the diagonal are never read by the inequality.
         weights = np.where(a <= b, model.tail(1, prefix, a, np.maximum(a, b)),

@@ -2,7 +2,8 @@
 
 It also evaluates a split, samples text, saves and restores checkpoints and
 keeps the training memories. The host loop that drives it (data, logging,
-evaluation schedule, metrics.json) is `training.loop.train`.
+evaluation schedule, metrics.json) is `training.loop.train` (training/run_loop.py); the
+optimizer groups are made by training/optimizer_groups.py.
 
 The trainer uses the model only through the language-model interface
 (model/interface.py): state in, state out, token NLL, log-probs, extra
@@ -33,7 +34,7 @@ The step (`Trainer.train_step`), with R replicas and the global batch [B, T]:
    applies its gradients (a plug-in group from its `start_step` on). The
    Keras optimizers' own cross-replica sum is switched off because the
    gradients are already reduced. Otherwise nothing is applied, and the host
-   applies --on_nonfinite (training/loop.py): stop with
+   applies --on_nonfinite (training/run_loop.py): stop with
    `training.loop.NonFiniteError` naming the quantity (the loss or a
    group's gradient), or go on with the step skipped. Under mixed_float16
    overflowing gradients are normal: the loss-scale optimizer skips the step
@@ -67,23 +68,11 @@ from model.interface import WEIGHTS_GROUP, check_model
 from runstore import checkpoints, metrics
 from samplers.sampler import sample_tokens
 from training import checkpoint as checkpoint_lib
-from training import optimizers, plugins, schedules
+from training import optimizer_groups, plugins, schedules
 from training import strategy as strategy_lib
 from training.config import capped_warmup, check_batch_split, total_steps
 
 EVAL_PROGRESS_SECONDS = 10.0  # a progress line at most this often during evaluation
-
-
-def _no_aggregation(grads_and_vars):
-    # Replaces the Keras optimizers' cross-replica gradient sum: our gradients
-    # are summed (once) before clipping, which must see the global gradient.
-    return list(grads_and_vars)
-
-
-def _inner(optimizer):
-    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-        return optimizer.inner_optimizer
-    return optimizer
 
 
 class Trainer:
@@ -143,8 +132,9 @@ class Trainer:
         self.state = checkpoint_lib.TrainState(state_shapes, self.model.compute_dtype)
         self.state.horizon.assign(self.horizon)
         with strategy.scope():
-            self.groups = self._make_groups()
-        self._check_groups()
+            self.groups = optimizer_groups.make_groups(
+                self.model, config, self.plugins, self.lr_schedule, self.state.step)
+        optimizer_groups.check_groups(self.model, self.groups)
         extras = {}
         for plugin in self.plugins:
             extras.update(plugin.checkpoint_objects())
@@ -196,40 +186,6 @@ class Trainer:
 
     # ------------------------------------------------------------ construction
 
-    def _make_groups(self):
-        """The weights' OptimizerGroup, then the plug-ins' (inside strategy.scope())."""
-        c = self.config
-        step = self.state.step
-        weights = list(self.model.variable_groups()[WEIGHTS_GROUP])
-        decayed = {id(v) for v in self.model.weight_decay_variables()}
-        not_decayed = [v for v in weights if id(v) not in decayed]
-        spec = optimizers.get_optimizer(c.optimizer)
-
-        def learning_rate():
-            return self.lr_schedule(step)
-
-        optimizer = spec.make(learning_rate, c, not_decayed)
-        if c.precision == "mixed_float16":
-            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-        l2 = c.weight_decay if spec.decay == optimizers.L2 else 0.0
-        groups = [plugins.OptimizerGroup(
-            name=WEIGHTS_GROUP, variables=weights, optimizer=optimizer, l2=l2,
-            l2_variables=[v for v in weights if id(v) in decayed], clip_norm=c.clip_norm,
-            learning_rate=learning_rate)]
-        for plugin in self.plugins:
-            groups.extend(plugin.optimizer_groups(step))
-        for group in groups:
-            _inner(group.optimizer)._all_reduce_sum_gradients = _no_aggregation
-            group.optimizer.build(group.variables)
-        return groups
-
-    def _check_groups(self):
-        trained = {g.name for g in self.groups}
-        untrained = sorted(set(self.model.variable_groups()) - trained)
-        if untrained:
-            raise ValueError(f"the model's variable group(s) {untrained} have no optimizer: "
-                             "register a plug-in that trains them (training/plugins)")
-
     @property
     def optimizers(self):
         """dict group name -> its Keras optimizer ("weights" first)."""
@@ -237,10 +193,7 @@ class Trainer:
 
     @property
     def _loss_scale(self):
-        optimizer = self.groups[0].optimizer
-        if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-            return optimizer
-        return None
+        return optimizer_groups.loss_scale(self.groups)
 
     @property
     def _variables(self):
