@@ -26,7 +26,8 @@
 #
 # --pipeline: the whole method in one command (docs/results/par_pipeline.md):
 # a short search (2 epochs, its own schedules) into runs/wt2_base_pipeline that
-# ends once every block's choice is stable (--stop_rule=stable), then the derived
+# ends once every block's choice is stable (--stop_rule=stable; no progressive
+# freezing, which changed the 20-epoch search's outcome), then the derived
 # network trained 20 epochs from scratch in runs/wt2_base_pipeline_retrain,
 # evaluated on test and exported to runs/wt2_base_pipeline.keras. Running it
 # again resumes the stage it was in.
@@ -57,7 +58,8 @@ elif [[ $pipeline -eq 1 ]]; then
   mkdir -p runs
   length=(--model_dir=runs/wt2_base_pipeline --epochs=2 --warmup_steps=1000
           --arch_warmup_steps=2000 --eval_interval=2500 --checkpoint_interval=2500
-          --stop_rule=stable --stop_window=1000 --then_retrain --retrain_epochs=20
+          --freeze_threshold=0 --stop_rule=stable --stop_window=1000 --then_retrain
+          --retrain_epochs=20
           --export=runs/wt2_base_pipeline.keras)
 elif [[ $quick -eq 1 ]]; then
   length=(--model_dir=runs/wt2_base_quick --max_steps=3000 --warmup_steps=300
