@@ -41,7 +41,7 @@ import tensorflow as tf
 import data_utils
 from runstore import checkpoints, metrics, run_dir, run_lock
 from training import checkpoint as checkpoint_lib
-from training import collapse, interrupt, summaries
+from training import collapse, eta, interrupt, summaries
 from training import strategy as strategy_lib
 from training.checkpoint import NonFiniteError
 from training.config import ConfigError, check_data, check_model_dir, check_replicas, check_resume
@@ -356,6 +356,8 @@ class _Run:
         self._skipped = 0  # non-finite steps skipped in the current logging interval
         self._interval_nll = float(self.state.interval_nll.numpy())
         self._interval_steps = int(self.state.interval_steps.numpy())
+        self._clock = None
+        self._eval_spent = [0.0, 0]  # seconds and records evaluated since the clock started
 
     # ------------------------------------------------------------------ loop
 
@@ -408,6 +410,7 @@ class _Run:
                 logging.info("first step done in %.1f s", time.perf_counter() - start)
                 first_step = False
                 self._clock = (time.perf_counter(), self.step + 1)
+                self._eval_spent = [0.0, 0]
             if out["finite"]:
                 self._nonfinite_in_a_row = 0
             else:
@@ -551,12 +554,21 @@ class _Run:
     # --------------------------------------------------------------- logging
 
     def _eta(self, step):
-        """' eta 1h02m' from the wall time per step since the first step, or ''."""
+        """' eta 1h02m', or '': the steps left at the wall time per step since the first
+        step (evaluations excluded) plus the evaluations still planned, each evaluated
+        record at the time measured so far (one training step's before any)."""
         if self._clock is None or step <= self._clock[1]:
             return ""
         since, first = self._clock
-        per_step = (time.perf_counter() - since) / (step - first)
-        return f" eta {format_duration(per_step * (self.trainer.total_steps - step))}"
+        spent, records = self._eval_spent
+        per_step = (time.perf_counter() - since - spent) / (step - first)
+        per_record = spent / records if records else per_step
+        meta, cap = self.trainer.meta["splits"], self.config.eval_max_records
+        valid, test = (min(meta[split]["records"], cap or math.inf) * per_record
+                       for split in ("valid", "test"))
+        left = eta.eta_seconds(step, self.trainer.total_steps, self.config.eval_interval,
+                               per_step, valid, test)
+        return f" eta {format_duration(left)}"
 
     def _log_train(self, out, nll, step_time, tokens_per_sec):
         trainer, step = self.trainer, self.step
@@ -605,10 +617,14 @@ class _Run:
 
     def _evaluate(self, split):
         """Evaluates a split; an interruption abandons it (None)."""
+        start = time.perf_counter()
         result = self.trainer.evaluate(split, self.config.eval_max_records,
                                        should_stop=self._should_stop)
         if result is None:
             return None
+        if self._clock is not None:  # the ETA's cost of an evaluated record
+            self._eval_spent[0] += time.perf_counter() - start
+            self._eval_spent[1] += result["records"]
         logging.info("step %d %s: nll %.4f ppl %.2f word ppl %.2f bpb %.4f (%d tokens)",
                      self.step, split, result["nll"], result["perplexity"],
                      result["word_perplexity"], result["bits_per_byte"], result["tokens"])
