@@ -41,7 +41,7 @@ import tensorflow as tf
 import data_utils
 from runstore import checkpoints, metrics, run_dir, run_lock
 from training import checkpoint as checkpoint_lib
-from training import collapse, eta, interrupt, summaries
+from training import collapse, eta, interrupt, run_notes, summaries
 from training import strategy as strategy_lib
 from training.checkpoint import NonFiniteError
 from training.config import ConfigError, check_data, check_model_dir, check_replicas, check_resume
@@ -774,6 +774,8 @@ def run_summary(config, results):
         note = " (untrained: NOT a search result)" if derivation.get("untrained") else ""
         lines.append(f"derived architecture: {derivation['architecture']}{note} "
                      f"({os.path.join(config.model_dir, 'architecture.json')})")
+        why = run_notes.search_note(config.model_dir, derivation, results["step"])
+        lines += [why] if why else []
     elif results.get("architecture"):
         lines.append(f"architecture: {results['architecture']}")
     lines.append(f"run directory: {config.model_dir}   TensorBoard logs: {logdir}")
@@ -784,8 +786,9 @@ def run_summary(config, results):
         lines.append(f"  python3 train.py --data_dir={quote(config.data_dir)} "
                      f"--model_dir={derived} --preset={config.preset} --architecture={model_dir} "
                      f"--arch_warmup_steps=0 {recipe}   # retrain the derived network")
+    prompt = run_notes.valid_prompt(config.data_dir) or "The game"  # the data's own words
     lines += [
-        f"  python3 generate.py --model_dir={model_dir} --prompt='The game' --seed=1",
+        f"  python3 generate.py --model_dir={model_dir} --prompt={quote(prompt)} --seed=1",
         f"  python3 evaluate.py --model_dir={model_dir} --split=test",
         f"  python3 export.py --model_dir={model_dir} "
         f"--output={quote(os.path.join(config.model_dir, 'model.keras'))}",
