@@ -774,7 +774,7 @@ def run_summary(config, results):
         note = " (untrained: NOT a search result)" if derivation.get("untrained") else ""
         lines.append(f"derived architecture: {derivation['architecture']}{note} "
                      f"({os.path.join(config.model_dir, 'architecture.json')})")
-        why = run_notes.search_note(config.model_dir, derivation, results["step"])
+        why = run_notes.no_attention_note(derivation, results["step"])
         lines += [why] if why else []
     elif results.get("architecture"):
         lines.append(f"architecture: {results['architecture']}")

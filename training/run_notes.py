@@ -4,8 +4,6 @@ attention block. The text work is pure (`prompt_from_text`, `no_attention_note`)
 `valid_prompt` reads the start of a build's valid split."""
 
 import itertools
-import json
-import os
 
 # The suggested prompt takes at most this many words of a line of the valid split.
 PROMPT_WORDS = 3
@@ -65,38 +63,20 @@ def valid_prompt(data_dir):
     return prompt_from_text(tokenizer.decode(ids))
 
 
-def no_attention_note(architecture, probabilities, letters, step):
+def no_attention_note(derivation, step):
     """The summary line saying why a search derived no attention block, or None.
 
     Args:
-        architecture: the derived a/f/i string.
-        probabilities: [num_blocks, len(letters)] final architecture probabilities.
-        letters: the candidate letters in the probabilities' column order ("afi").
+        derivation: results["derivation"] of a search (the PAR plug-in's): its block
+            `counts` by type name; an `untrained` one has its own line already.
         step: the run's last step.
     """
-    if "a" in architecture or "a" not in letters or not probabilities:
+    counts = derivation.get("counts") or {}
+    if derivation.get("untrained") or "attention" not in counts or counts["attention"]:
         return None
-    column = letters.index("a")
-    attention = [row[column] for row in probabilities]
-    block = max(range(len(attention)), key=attention.__getitem__)
-    return (f"no attention block: after {step} steps every block's probabilities favour "
-            f"another choice (attention's highest is {attention[block]:.2f}, block "
-            f"{block + 1}): the search has not yet trained attention to lower the loss more "
-            "than a dense layer does, as in most short searches; search longer (a larger "
-            "--max_steps or more data) or train a fixed Transformer-XL "
-            "(--architecture=transformer_xl)")
-
-
-def search_note(model_dir, derivation, step):
-    """`no_attention_note` of a search whose run directory holds architecture.json, or
-    None (attention derived, an untrained derivation, no readable file)."""
-    from model.transformer_xl import blocks
-
-    if derivation.get("untrained"):
-        return None
-    try:
-        with open(os.path.join(model_dir, "architecture.json"), encoding="utf-8") as f:
-            probabilities = json.load(f)["probabilities"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return no_attention_note(derivation["architecture"], probabilities, blocks.letters(), step)
+    others = ", ".join(f"{n} {name}" for name, n in sorted(counts.items()) if n)
+    return (f"no attention block ({others}): after {step} steps the search found the other "
+            "choices better in every block: it has not yet trained attention to lower the "
+            "loss more than a dense layer does, as in most short searches (the probabilities "
+            "over time are in arch_history.png); search longer (a larger --max_steps or more "
+            "data) or train a fixed Transformer-XL (--architecture=transformer_xl)")

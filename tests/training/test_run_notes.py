@@ -1,11 +1,7 @@
 """training.run_notes: the summary's prompt comes from the data's own valid split, and a
 search that derived no attention says why."""
 
-import json
-
-import pytest
-
-from training.run_notes import no_attention_note, prompt_from_text, search_note
+from training.run_notes import no_attention_note, prompt_from_text
 
 
 def test_prompt_from_text_takes_the_first_prose_words():
@@ -44,28 +40,32 @@ def test_the_summary_suggests_a_prompt_of_the_valid_split(tmp_path, wikitext2_ro
 
 
 def test_no_attention_note_says_why():
-    probabilities = [[0.30, 0.45, 0.25], [0.41, 0.20, 0.39], [0.10, 0.80, 0.10]]
-    note = no_attention_note("fai", probabilities, "afi", 300)
-    assert note is None  # attention was derived
-    note = no_attention_note("ffi", [[0.30, 0.45, 0.25], [0.35, 0.40, 0.25],
-                                     [0.10, 0.10, 0.80]], "afi", 300)
-    assert note.startswith("no attention block: after 300 steps every block's probabilities "
-                           "favour another choice (attention's highest is 0.35, block 2): ")
+    assert no_attention_note({"counts": {"attention": 3, "dense": 2, "identity": 1}}, 300) is None
+    derivation = {"counts": {"attention": 0, "dense": 2, "identity": 4}, "untrained": None}
+    note = no_attention_note(derivation, 300)
+    assert note.startswith("no attention block (2 dense, 4 identity): after 300 steps the "
+                           "search found the other choices better in every block: ")
     assert "--architecture=transformer_xl" in note and "\n" not in note
-    # The column of attention follows the letters' order.
-    note = no_attention_note("ff", [[0.6, 0.3, 0.1], [0.7, 0.1, 0.2]], "fai", 5)
-    assert "attention's highest is 0.30, block 1" in note
+    # An untrained derivation has its own line; a result without counts gives none.
+    assert no_attention_note({**derivation, "untrained": "no update"}, 300) is None
+    assert no_attention_note({}, 300) is None
 
 
-@pytest.mark.parametrize("untrained", [None, "no update"])
-def test_search_note_reads_the_run(tmp_path, untrained):
-    probabilities = [[0.2, 0.5, 0.3], [0.25, 0.5, 0.25]]
-    (tmp_path / "architecture.json").write_text(json.dumps({"probabilities": probabilities}))
-    derivation = {"architecture": "ff", "untrained": untrained}
-    note = search_note(str(tmp_path), derivation, 40)
-    if untrained:
-        assert note is None  # the summary already says the derivation is untrained
-    else:
-        assert note.startswith("no attention block: after 40 steps")
-        assert "attention's highest is 0.25, block 2" in note
-    assert search_note(str(tmp_path / "none"), {"architecture": "ff"}, 40) is None
+def test_a_short_search_without_attention_says_why():
+    from model.transformer_xl.presets import preset_config
+    from training.config import TrainConfig
+    from training.loop import run_summary
+
+    config = TrainConfig(data_dir="data/x", model_dir="runs/s",
+                         model=preset_config("tiny", vocab_size=256), preset="tiny",
+                         max_steps=30)
+    derivation = {"architecture": "ffif", "counts": {"attention": 0, "dense": 3, "identity": 1},
+                  "untrained": None}
+    lines = run_summary(config, {"step": 30, "planned_steps": 30, "architecture": "ffif",
+                                 "derivation": derivation}).splitlines()
+    assert lines[1].startswith("derived architecture: ffif (")
+    assert lines[2] == no_attention_note(derivation, 30)
+    summary = run_summary(config, {"step": 30, "planned_steps": 30, "architecture": "afif",
+                                   "derivation": {**derivation, "architecture": "afif",
+                                                  "counts": {"attention": 1, "dense": 2}}})
+    assert "derived architecture: afif" in summary and "no attention block" not in summary
