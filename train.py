@@ -291,6 +291,10 @@ def config_from_flags(fv):
         raise ConfigError("--data_dir is required: the directory build_data.py wrote")
     if not fv.model_dir:
         raise ConfigError("--model_dir is required: where checkpoints and logs go")
+    if os.path.exists(fv.data_dir) and not os.path.isdir(fv.data_dir):
+        raise ConfigError(f"--data_dir={fv.data_dir} is a file, not a data directory: give the "
+                          "directory ./create_tfrecords.sh or build_data.py wrote, the one "
+                          "holding meta.json (e.g. data/wikitext2)")
     meta = data_utils.load_meta(fv.data_dir)
     family, preset, model = _model_config(fv, meta)
     values = {name: fv[name].value for name in _DEFAULTS if name in fv}

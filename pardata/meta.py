@@ -63,6 +63,9 @@ def load_meta(data_dir: str) -> dict:
         DataError: missing, unreadable or incomplete meta.json.
     """
     path = os.path.join(data_dir, META_FILE)
+    if os.path.exists(data_dir) and not os.path.isdir(data_dir):
+        raise DataError(f"{data_dir} is a file, not a built data directory: give the directory "
+                        "./create_tfrecords.sh or build_data.py wrote (it holds meta.json)")
     if not os.path.isfile(path):
         raise DataError(f"{path} not found: {data_dir} holds no complete build; run "
                         f"./create_tfrecords.sh or build_data.py --output_dir={data_dir}")

@@ -33,6 +33,7 @@ import dataclasses
 import json
 import os
 import zipfile
+import zlib
 
 import keras
 
@@ -282,7 +283,13 @@ def _registered_name(path):
             if "config.json" not in names or "metadata.json" not in names:
                 raise ValueError("no config.json/metadata.json")
             config = json.loads(archive.read("config.json"))
-    except (zipfile.BadZipFile, ValueError, OSError, UnicodeDecodeError):
+    except (zipfile.BadZipFile, ValueError, OSError, UnicodeDecodeError, zlib.error) as error:
+        with open(path, "rb") as f:  # a zip's first bytes: a .keras file cut short or damaged
+            damaged = not isinstance(error, ValueError) and f.read(4) == b"PK\x03\x04"
+        if damaged:
+            raise PackageError(f"--model={path} is a damaged .keras file (truncated or corrupted: "
+                               f"{error}): copy it again, or export it again with export.py "
+                               "--format=keras") from None
         raise PackageError(f"--model={path} is not a Keras .keras file: give a file written "
                            "by export.py --format=keras") from None
     if not isinstance(config, dict):

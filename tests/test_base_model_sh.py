@@ -1,25 +1,18 @@
 """base_model.sh: the 20-epoch search and the quick look have their own run directories,
 and the quick look's schedules are planned for its own 3,000 steps."""
 
-import os
-import subprocess
-
 from absl import flags
 import pytest
 
-
-def _train_args(project_root, tmp_path, *args):
-    """The train.py arguments base_model.sh passes (PYTHON is a stub that prints them)."""
-    stub = tmp_path / "python_stub"
-    stub.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
-    stub.chmod(0o755)
-    done = subprocess.run(["bash", str(project_root / "base_model.sh"), *args],
-                          env=dict(os.environ, PYTHON=str(stub)), capture_output=True,
-                          text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
-    assert lines[0] == "train.py"
-    return lines[1:]
+from tests.helpers.quick_look import (
+    TIME_PAGES,
+    last_flag,
+    quick_look_minutes,
+    readme_quick_look,
+)
+from tests.helpers.quick_look import (
+    base_model_args as _train_args,
+)
 
 
 def _config(args, data_dir):
@@ -64,3 +57,26 @@ def test_user_flags_win(project_root, tmp_path, word_data):
                        "--model_dir=runs/other")
     config = _config(args, word_data)
     assert (config.model_dir, config.max_steps) == ("runs/other", 100)
+
+
+def test_readme_quick_look_is_base_model_quick(project_root, tmp_path):
+    command, run_dir, steps = readme_quick_look(project_root)
+    assert command == "./base_model.sh --quick"
+    args = _train_args(project_root, tmp_path, "--quick")
+    assert last_flag(args, "model_dir") == run_dir == "runs/wt2_base_quick"
+    assert int(last_flag(args, "max_steps")) == steps == 3000
+
+
+def test_quick_look_time_is_one_figure(project_root):
+    import nbformat
+
+    figures = {}
+    for page in TIME_PAGES:
+        if page.endswith(".ipynb"):
+            notebook = nbformat.read(project_root / page, as_version=4)
+            text = "\n\n".join(c.source for c in notebook.cells if c.cell_type == "markdown")
+        else:
+            text = (project_root / page).read_text(encoding="utf-8")
+        figures[page] = quick_look_minutes(text)
+    assert all(figures.values()), f"a page gives no time for the quick look: {figures}"
+    assert {f for found in figures.values() for f in found} == {"16"}, figures

@@ -43,6 +43,8 @@ def foreign_keras(tmp_path_factory):
 @pytest.mark.slow
 def test_model_file_errors(cli_cases, tmp_path, word_data, foreign_keras, project_root):
     missing = tmp_path / "nope.keras"
+    truncated = tmp_path / "truncated.keras"
+    truncated.write_bytes((project_root / "pretrained" / "wt2_base.keras").read_bytes()[:100000])
     before = _listing(tmp_path, word_data, project_root)
     cases = {
         "missing": (["generate.py", f"--model={missing}"],
@@ -50,6 +52,9 @@ def test_model_file_errors(cli_cases, tmp_path, word_data, foreign_keras, projec
         "not keras": (["generate.py", "--model=README.md"],
                       "error: --model=README.md is not a Keras .keras file",
                       "export.py --format=keras"),
+        "truncated": (["generate.py", f"--model={truncated}"],
+                      f"error: --model={truncated} is a damaged .keras file (truncated",
+                      "export it again with export.py --format=keras"),
         "older export": (["generate.py", f"--model={PRE_HOUSE_KERAS}"],
                          f"error: --model={PRE_HOUSE_KERAS} holds a model without its "
                          "tokenizer (a .keras file written by an older export.py)",
@@ -105,6 +110,11 @@ def test_train_errors_and_cpu_warnings(cli_cases, tmp_path, word_data, project_r
             [*common, "--model_dir=README.md/run"],
             "error: --model_dir=README.md/run is inside",
             "not a directory",
+        ),
+        "data_dir is a file": (
+            [*common, "--data_dir=README.md", f"--model_dir={tmp_path / 'a'}"],
+            "error: --data_dir=README.md is a file, not a data directory",
+            "the one holding meta.json",
         ),
         "architecture too short": (
             [*common, f"--model_dir={tmp_path / 'a'}", "--architecture=aaf"],

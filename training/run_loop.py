@@ -22,7 +22,7 @@ import tensorflow as tf
 
 import data_utils
 from runstore import metrics, run_dir
-from training import interrupt, nonfinite, summaries
+from training import eta, interrupt, nonfinite, summaries
 from training import strategy as strategy_lib
 from training.checkpoint import NonFiniteError
 from training.interrupt import TrainingInterrupted
@@ -67,6 +67,8 @@ class RunLoop:
         self._skipped = 0  # non-finite steps skipped in the current logging interval
         self._interval_nll = float(self.state.interval_nll.numpy())
         self._interval_steps = int(self.state.interval_steps.numpy())
+        self._clock = None
+        self._eval_spent = [0.0, 0]  # seconds and records evaluated since the clock started
 
     # ------------------------------------------------------------------ loop
 
@@ -119,6 +121,7 @@ class RunLoop:
                 logging.info("first step done in %.1f s", time.perf_counter() - start)
                 first_step = False
                 self._clock = (time.perf_counter(), self.step + 1)
+                self._eval_spent = [0.0, 0]
             if out["finite"]:
                 self._nonfinite_in_a_row = 0
             else:
@@ -257,12 +260,21 @@ class RunLoop:
     # --------------------------------------------------------------- logging
 
     def _eta(self, step):
-        """' eta 1h02m' from the wall time per step since the first step, or ''."""
+        """' eta 1h02m', or '': the steps left at the wall time per step since the first
+        step (evaluations excluded) plus the evaluations still planned, each evaluated
+        record at the time measured so far (one training step's before any)."""
         if self._clock is None or step <= self._clock[1]:
             return ""
         since, first = self._clock
-        per_step = (time.perf_counter() - since) / (step - first)
-        return f" eta {format_duration(per_step * (self.trainer.total_steps - step))}"
+        spent, records = self._eval_spent
+        per_step = (time.perf_counter() - since - spent) / (step - first)
+        per_record = spent / records if records else per_step
+        meta, cap = self.trainer.meta["splits"], self.config.eval_max_records
+        valid, test = (min(meta[split]["records"], cap or math.inf) * per_record
+                       for split in ("valid", "test"))
+        left = eta.eta_seconds(step, self.trainer.total_steps, self.config.eval_interval,
+                               per_step, valid, test)
+        return f" eta {format_duration(left)}"
 
     def _log_interval(self, out, busy, timed_steps, tokens_per_step):
         """Logs the steps since the last logged one (mean nll of their finite steps)."""
@@ -314,10 +326,14 @@ class RunLoop:
 
     def _evaluate(self, split):
         """Evaluates a split; an interruption abandons it (None)."""
+        start = time.perf_counter()
         result = self.trainer.evaluate(split, self.config.eval_max_records,
                                        should_stop=self._should_stop)
         if result is None:
             return None
+        if self._clock is not None:  # the ETA's cost of an evaluated record
+            self._eval_spent[0] += time.perf_counter() - start
+            self._eval_spent[1] += result["records"]
         logging.info("step %d %s: nll %.4f ppl %.2f word ppl %.2f bpb %.4f (%d tokens)",
                      self.step, split, result["nll"], result["perplexity"],
                      result["word_perplexity"], result["bits_per_byte"], result["tokens"])

@@ -8,6 +8,7 @@ train.py prints `run_summary` at the end of a run (a notebook calling
 import os
 import shlex
 
+from training import run_notes
 from training.retrain import retrain_command
 
 
@@ -54,6 +55,8 @@ def _result_lines(config, results):
         note = " (untrained: NOT a search result)" if derivation.get("untrained") else ""
         lines.append(f"derived architecture: {derivation['architecture']}{note} "
                      f"({os.path.join(config.model_dir, 'architecture.json')})")
+        why = run_notes.no_attention_note(derivation, results["step"])
+        lines += [why] if why else []
     elif results.get("architecture"):
         lines.append(f"architecture: {results['architecture']}")
     return lines
@@ -83,8 +86,9 @@ def run_summary(config, results):
     lines.append("next:")
     if results.get("derivation"):
         lines.append(f"  {retrain_command(config)}   # retrain the derived network")
+    prompt = run_notes.valid_prompt(config.data_dir) or "The game"  # the data's own words
     lines += [
-        f"  python3 generate.py --model_dir={model_dir} --prompt='The game' --seed=1",
+        f"  python3 generate.py --model_dir={model_dir} --prompt={quote(prompt)} --seed=1",
         f"  python3 evaluate.py --model_dir={model_dir} --split=test",
         f"  python3 export.py --model_dir={model_dir} "
         f"--output={quote(os.path.join(config.model_dir, 'model.keras'))}",

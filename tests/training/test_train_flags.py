@@ -146,6 +146,19 @@ def test_missing_or_incomplete_data_dir(parse, tiny_data, tmp_path):
     (broken / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(data_utils.DataError, match="incomplete"):
         parse(data_dir=broken)
+    # A file (e.g. --data_dir=README.md) is named as a file, with what the flag expects,
+    # never with a build command writing into it.
+    notes = tmp_path / "notes.md"
+    notes.write_text("notes\n")
+    with pytest.raises(ConfigError) as error:
+        parse(data_dir=notes)
+    assert str(error.value) == (
+        f"--data_dir={notes} is a file, not a data directory: give the directory "
+        "./create_tfrecords.sh or build_data.py wrote, the one holding meta.json "
+        "(e.g. data/wikitext2)")
+    assert notes.read_text() == "notes\n" and not (tmp_path / "run").exists()
+    with pytest.raises(data_utils.DataError, match=rf"^{notes} is a file, not a built data "):
+        data_utils.load_meta(str(notes))
 
 
 def test_train_rejects_before_writing(parse, tmp_path):

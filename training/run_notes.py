@@ -1,0 +1,82 @@
+"""Two lines of the end-of-run summary that depend on the run's data and search:
+the prompt it suggests (from the data's own valid split) and why a search derived no
+attention block. The text work is pure (`prompt_from_text`, `no_attention_note`);
+`valid_prompt` reads the start of a build's valid split."""
+
+import itertools
+
+# The suggested prompt takes at most this many words of a line of the valid split.
+PROMPT_WORDS = 3
+# At most this many records of the valid split (row 0 of each) are read for the prompt.
+PROMPT_RECORDS = 256
+_SPECIAL = ("<unk>", "<eos>", "<sp_unk>")
+
+
+def prompt_from_text(text, max_words=PROMPT_WORDS):
+    """The first words of the first line of `text` that starts as prose, or None.
+
+    Skipped: empty lines and WikiText headings (` = Title = `). After its leading
+    punctuation (an opening quote), a line's words are taken up to the first one
+    without a letter or digit (punctuation, `@-@`) or a special token (`<unk>`), at
+    most `max_words`.
+    """
+    for line in text.splitlines():
+        words = line.split()
+        if not words or words[0].startswith("="):
+            continue
+        while words and not any(ch.isalnum() for ch in words[0]):
+            words.pop(0)
+        taken = []
+        for word in words[:max_words]:
+            if word in _SPECIAL or not any(ch.isalnum() for ch in word):
+                break
+            taken.append(word)
+        if taken:
+            return " ".join(taken)
+    return None
+
+
+def valid_prompt(data_dir):
+    """`prompt_from_text` of the start of the build's valid split, or None when the
+    build cannot be read (the summary then keeps its generic prompt)."""
+    import tensorflow as tf
+
+    from pardata.errors import DataError
+    from pardata.meta import load_meta
+    from pardata.records import load_tokenizer, make_dataset
+
+    try:
+        meta = load_meta(data_dir)
+        if "valid" not in meta["splits"]:
+            return None
+        tokenizer = load_tokenizer(data_dir, meta)
+        records = make_dataset(data_dir, "valid", meta=meta, verify=False)
+        ids = []
+        for count, (inputs, _) in enumerate(itertools.islice(records, PROMPT_RECORDS), 1):
+            ids += [int(i) for i in inputs.numpy()[0]]  # row 0: the split's start
+            if count % 8 == 0:  # its complete lines so far
+                prompt = prompt_from_text(tokenizer.decode(ids).rpartition("\n")[0])
+                if prompt:
+                    return prompt
+    except (DataError, OSError, ValueError, tf.errors.OpError):
+        return None
+    return prompt_from_text(tokenizer.decode(ids))
+
+
+def no_attention_note(derivation, step):
+    """The summary line saying why a search derived no attention block, or None.
+
+    Args:
+        derivation: results["derivation"] of a search (the PAR plug-in's): its block
+            `counts` by type name; an `untrained` one has its own line already.
+        step: the run's last step.
+    """
+    counts = derivation.get("counts") or {}
+    if derivation.get("untrained") or "attention" not in counts or counts["attention"]:
+        return None
+    others = ", ".join(f"{n} {name}" for name, n in sorted(counts.items()) if n)
+    return (f"no attention block ({others}): after {step} steps the search found the other "
+            "choices better in every block: it has not yet trained attention to lower the "
+            "loss more than a dense layer does, as in most short searches (the probabilities "
+            "over time are in arch_history.png); search longer (a larger --max_steps or more "
+            "data) or train a fixed Transformer-XL (--architecture=transformer_xl)")
