@@ -21,7 +21,7 @@ def test_the_summary_suggests_a_prompt_of_the_valid_split(tmp_path, wikitext2_ro
     from model.transformer_xl.presets import preset_config
     from tests.helpers.runs import LINES, build_data
     from training.config import TrainConfig
-    from training.loop import run_summary
+    from training.run_summary import run_summary
     from training.run_notes import valid_prompt
 
     data = build_data(tmp_path, wikitext2_root, "byte")  # bytes decode to the exact text
@@ -54,7 +54,7 @@ def test_no_attention_note_says_why():
 def test_a_short_search_without_attention_says_why():
     from model.transformer_xl.presets import preset_config
     from training.config import TrainConfig
-    from training.loop import run_summary
+    from training.run_summary import run_summary
 
     config = TrainConfig(data_dir="data/x", model_dir="runs/s",
                          model=preset_config("tiny", vocab_size=256), preset="tiny",
