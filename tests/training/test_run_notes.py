@@ -21,8 +21,8 @@ def test_the_summary_suggests_a_prompt_of_the_valid_split(tmp_path, wikitext2_ro
     from model.transformer_xl.presets import preset_config
     from tests.helpers.runs import LINES, build_data
     from training.config import TrainConfig
-    from training.run_summary import run_summary
     from training.run_notes import valid_prompt
+    from training.run_summary import run_summary
 
     data = build_data(tmp_path, wikitext2_root, "byte")  # bytes decode to the exact text
     with open(wikitext2_root / "wikitext-2" / "wiki.valid.tokens", encoding="utf-8") as f:

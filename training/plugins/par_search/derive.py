@@ -143,15 +143,21 @@ def derivation_report(model_config, arch_probs, seq_len, mem_len, batch_size=Non
     if untrained:
         report["untrained_reason"] = str(untrained)
     if model_config.num_blocks % 2 == 0:
-        reference = "af" * (model_config.num_blocks // 2)
-        base = flops.forward_flops_per_token(
-            model_config, reference, seq_len, mem_len, batch_size=batch_size, **flops_kwargs
-        )
-        report["transformer_xl_flops_per_token"] = float(base["total"])
-        report["relative_flops"] = float(ours["total"] / base["total"])
-        report["speedup"] = float(base["total"] / ours["total"])
-        report["transformer_xl_params"] = flops.param_count(model_config, reference)
+        report.update(_against_transformer_xl(model_config, ours["total"], seq_len, mem_len,
+                                              batch_size, flops_kwargs))
     return report
+
+
+def _against_transformer_xl(model_config, total, seq_len, mem_len, batch_size, flops_kwargs):
+    """The report's Transformer-XL fields for a derived network of `total` FLOPs per token."""
+    reference = "af" * (model_config.num_blocks // 2)
+    base = flops.forward_flops_per_token(
+        model_config, reference, seq_len, mem_len, batch_size=batch_size, **flops_kwargs
+    )
+    return {"transformer_xl_flops_per_token": float(base["total"]),
+            "relative_flops": float(total / base["total"]),
+            "speedup": float(base["total"] / total),
+            "transformer_xl_params": flops.param_count(model_config, reference)}
 
 
 def _write_atomic(path, text):
