@@ -33,7 +33,7 @@ from training.config import ConfigError, TrainConfig
 _DEFAULTS = {f.name: f.default for f in TrainConfig.flag_fields()
              if f.default is not dataclasses.MISSING}
 # Model flags that are parsed from strings by hand (shared by the families).
-_SPECIAL_MODEL_FLAGS = ("architecture", "cutoffs", "proj_dims")
+SPECIAL_MODEL_FLAGS = ("architecture", "cutoffs", "proj_dims")
 
 
 def section_flag_fields():
@@ -67,7 +67,7 @@ def model_flag_fields():
     fields = {}
     for family in FAMILIES.values():
         for field in family.flag_fields():
-            if field.name in _SPECIAL_MODEL_FLAGS:
+            if field.name in SPECIAL_MODEL_FLAGS:
                 continue
             if field.name not in fields:
                 fields[field.name] = (field, [])
@@ -194,13 +194,13 @@ def _model_config(fv, meta):
             raise ConfigError(
                 f"--{name} is a flag of --model_family={'/'.join(owners)}, not of "
                 f"--model_family={family.name}: drop it (or choose that family)")
-    for name in _SPECIAL_MODEL_FLAGS:
+    for name in SPECIAL_MODEL_FLAGS:
         if fv[name].value is not None and name not in own:
             raise ConfigError(f"--{name} does not apply to --model_family={family.name}: drop it")
     vocab = meta["vocab_size"]
     overrides = {"vocab_size": vocab}
     for name in own:
-        if name not in _SPECIAL_MODEL_FLAGS and fv[name].value is not None:
+        if name not in SPECIAL_MODEL_FLAGS and fv[name].value is not None:
             value = fv[name].value
             overrides[name] = _int_list(name, value) if isinstance(value, list) else value
     if fv.architecture is not None:

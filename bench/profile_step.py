@@ -89,7 +89,7 @@ DEFAULT_CASES = ("soft search", "hard search", "transformer_xl afafaf")
 # ------------------------------------------------------------------ trace reading
 
 
-def _union(intervals):
+def union(intervals):
     merged = []
     for start, end in sorted(intervals):
         if merged and start <= merged[-1][1]:
@@ -99,11 +99,11 @@ def _union(intervals):
     return merged
 
 
-def _covered(intervals, window):
+def covered(intervals, window):
     """Length of the union of intervals clipped to window (start, end)."""
     lo, hi = window
     return sum(end - start for start, end in
-               _union((max(s, lo), min(e, hi)) for s, e in intervals if s < hi and e > lo))
+               union((max(s, lo), min(e, hi)) for s, e in intervals if s < hi and e > lo))
 
 
 def read_host_plane(logdir):
@@ -188,9 +188,9 @@ def analyse(plane, model_scope, gradient_sums=None, top=15):
     split, step_wall = collections.Counter(), []
     for window, step_ops in zip(markers, per_step_ops):
         step_wall.append((window[1] - window[0]) * 1e-9)
-        ops_ = _covered(step_ops, window)
-        runs = _covered(step_ops + spans["run"], window)
-        calls = _covered(step_ops + spans["run"] + spans["call"], window)
+        ops_ = covered(step_ops, window)
+        runs = covered(step_ops + spans["run"], window)
+        calls = covered(step_ops + spans["run"] + spans["call"], window)
         split.update(wall=window[1] - window[0], busy=ops_, graph_gap=runs - ops_,
                      dispatch=calls - runs, python=window[1] - window[0] - calls)
     ms = 1e-9 / steps  # ps summed over the steps -> ms per step

@@ -117,10 +117,10 @@ def test_short_names_merge_blocks_and_keep_ops_apart():
 
 
 def test_interval_helpers():
-    assert ps._union([(5, 7), (0, 2), (1, 3), (6, 9)]) == [[0, 3], [5, 9]]
+    assert ps.union([(5, 7), (0, 2), (1, 3), (6, 9)]) == [[0, 3], [5, 9]]
     intervals = [(5, 7), (0, 2), (1, 3), (6, 9), (12, 15)]
-    assert ps._covered(intervals, (0, 20)) == 3 + 4 + 3
-    assert ps._covered(intervals, (2, 13)) == 1 + 4 + 1
+    assert ps.covered(intervals, (0, 20)) == 3 + 4 + 3
+    assert ps.covered(intervals, (2, 13)) == 1 + 4 + 1
 
 
 def _plane(events):

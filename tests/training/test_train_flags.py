@@ -278,7 +278,7 @@ def test_sha_rnn_flags_come_from_its_config_fields(parse_any, tiny_data):
         assert field.name == "vocab_size" or field.name in fv, field.name
         # The flag's help is the field's own (one source of truth), except for
         # the flags train.py parses itself (cutoffs: 'auto', 'none').
-        if field.name not in ("vocab_size",) + train_cli._SPECIAL_MODEL_FLAGS:
+        if field.name not in ("vocab_size",) + train_cli.SPECIAL_MODEL_FLAGS:
             assert field.metadata["help"] in fv[field.name].help, field.name
     config, _ = parse_any("--model_family=sha_rnn", "--preset=sha_rnn_tiny", "--d_model=24",
                           "--boom_dim=48", "--attention_layers=0,1", "--mem_len=5")
