@@ -28,6 +28,7 @@ from absl import app, flags, logging
 from model.config_base import cutoffs_problem
 import pardata.quiet  # noqa: F401  (TensorFlow start-up noise; before TF is imported)
 from training import config as c
+from training import config_checks
 from training.config import ConfigError, TrainConfig
 
 _DEFAULTS = {f.name: f.default for f in TrainConfig.flag_fields()
@@ -315,7 +316,7 @@ def config_from_flags(fv):
         eval_mem_len=model.mem_len if fv.eval_mem_len is None else fv.eval_mem_len,
         logdir=fv.logdir or "")
     config = TrainConfig(**values)
-    c.check_data(config, meta)
+    config_checks.check_data(config, meta)
     return config, fv.overwrite
 
 
