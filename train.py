@@ -372,14 +372,13 @@ def _check_export(path, overwrite):
         return ""
     if not path.endswith(".keras"):
         raise ConfigError(f"--export={path} must end in .keras (a Keras package file)")
-    if os.path.exists(path) and not overwrite:
-        raise ConfigError(f"--export={path} already exists: remove it, choose another name or "
-                          "pass --overwrite")
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise ConfigError(f"--export={path}: the directory {parent} does not exist: create it "
-                          "first")
-    return path
+    from serving.export import ExportError, check_output
+
+    try:
+        return check_output(path, overwrite, name=f"--export={path}",
+                            overwrite_fix="pass --overwrite")
+    except ExportError as error:
+        raise ConfigError(str(error)) from None
 
 
 def _export(config, results, path, overwrite):
