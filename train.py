@@ -28,6 +28,7 @@ from absl import app, flags, logging
 from model.config_base import cutoffs_problem
 import pardata.quiet  # noqa: F401  (TensorFlow start-up noise; before TF is imported)
 from training import config as c
+from training import config_checks
 from training.config import ConfigError, TrainConfig
 
 _DEFAULTS = {f.name: f.default for f in TrainConfig.flag_fields()
@@ -315,7 +316,7 @@ def config_from_flags(fv):
         eval_mem_len=model.mem_len if fv.eval_mem_len is None else fv.eval_mem_len,
         logdir=fv.logdir or "")
     config = TrainConfig(**values)
-    c.check_data(config, meta)
+    config_checks.check_data(config, meta)
     return config, fv.overwrite
 
 
@@ -371,14 +372,13 @@ def _check_export(path, overwrite):
         return ""
     if not path.endswith(".keras"):
         raise ConfigError(f"--export={path} must end in .keras (a Keras package file)")
-    if os.path.exists(path) and not overwrite:
-        raise ConfigError(f"--export={path} already exists: remove it, choose another name or "
-                          "pass --overwrite")
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise ConfigError(f"--export={path}: the directory {parent} does not exist: create it "
-                          "first")
-    return path
+    from serving.export import ExportError, check_output
+
+    try:
+        return check_output(path, overwrite, name=f"--export={path}",
+                            overwrite_fix="pass --overwrite")
+    except ExportError as error:
+        raise ConfigError(str(error)) from None
 
 
 def _export(config, results, path, overwrite):

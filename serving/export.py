@@ -78,17 +78,33 @@ class ExportError(GenerationError):
     """A user-fixable export problem (bad output path, existing output)."""
 
 
-def _check_output(path, overwrite):
+def check_output(path, overwrite, name=None,
+                 overwrite_fix="overwrite it (overwrite=True, export.py --overwrite)"):
+    """Checks an output path before any work (train.py's --export too).
+
+    Args:
+        path: the output file or directory.
+        overwrite: an existing output may be replaced.
+        name: what the messages call the output (default "output <path>").
+        overwrite_fix: how the message says to replace an existing output.
+
+    Returns:
+        The path, a str.
+
+    Raises:
+        ExportError: the path is empty, exists (without `overwrite`) or its
+            directory does not exist.
+    """
     path = os.fspath(path)
     if not path:
         raise ExportError("the output path is empty: give a file or directory name")
+    name = name or f"output {path}"
     if os.path.exists(path) and not overwrite:
-        raise ExportError(f"output {path} already exists: remove it, choose another output "
-                          "or overwrite it (overwrite=True, export.py --overwrite)")
+        raise ExportError(f"{name} already exists: remove it, choose another output or "
+                          f"{overwrite_fix}")
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
-        raise ExportError(f"the directory {parent} of output {path} does not exist: "
-                          "create it first")
+        raise ExportError(f"the directory {parent} of {name} does not exist: create it first")
     return path
 
 
@@ -112,7 +128,7 @@ def export_keras(run, path, overwrite=False, dtype="float32"):
     """
     from serving.packaged import package_run
 
-    path = _check_output(path, overwrite)
+    path = check_output(path, overwrite)
     if not path.endswith(".keras"):
         raise ExportError(f"output {path} must end in .keras for a Keras export")
     if dtype not in DTYPES:
@@ -338,7 +354,7 @@ def export_saved_model(run, path, mem_len=None, overwrite=False):
     Raises:
         ExportError: the output exists, its parent does not, or mem_len < 0.
     """
-    path = _check_output(path, overwrite)
+    path = check_output(path, overwrite)
     mem_len = run.default_mem_len if mem_len is None else int(mem_len)
     if mem_len < 0:
         raise ExportError(f"mem_len={mem_len} must be >= 0")

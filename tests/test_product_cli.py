@@ -137,6 +137,32 @@ def test_train_errors_and_cpu_warnings(cli_cases, tmp_path, word_data, project_r
     assert stdout.startswith(f"finished {tmp_path / 'cpu'}: step 1")
 
 
+
+def test_train_export_errors(cli_cases, tmp_path, word_data):
+    """--export is checked before any work: one line naming it and the fix, status 1,
+    no run directory, no logs, an existing file left as it was."""
+    taken = tmp_path / "taken.keras"
+    taken.write_bytes(b"an earlier export")
+    missing = tmp_path / "nowhere" / "model.keras"
+    common = [f"--data_dir={word_data}", "--preset=tiny", "--max_steps=1", "--sample_tokens=0",
+              f"--model_dir={tmp_path / 'run'}", f"--logdir={tmp_path / 'logs'}"]
+    cases = {
+        "export exists": ([*common, f"--export={taken}"],
+                          f"error: --export={taken} already exists: remove it, choose another "
+                          "output or pass --overwrite", "--overwrite"),
+        "export directory missing": (
+            [*common, f"--export={missing}"],
+            f"error: the directory {missing.parent} of --export={missing} does not exist: "
+            "create it first", "create it first"),
+        "export not .keras": ([*common, f"--export={tmp_path / 'model.h5'}"],
+                              f"error: --export={tmp_path / 'model.h5'} must end in .keras",
+                              "Keras package file"),
+    }
+    results = cli_cases("train.py", {name: args for name, (args, *_) in cases.items()})
+    _check_errors(results, cases)
+    assert taken.read_bytes() == b"an earlier export"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken.keras"]  # nothing trained
+
 def test_create_tfrecords_wants_an_existing_data_dir(tmp_path, project_root):
     wanted = tmp_path / "shared" / "data"
     data = project_root / "data"

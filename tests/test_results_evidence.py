@@ -73,13 +73,18 @@ def _page(root, text, files):
     return page
 
 
+def _assert_one_failure(root, text, files, start):
+    """The page `text` with its artefacts `files` fails the check once, at `start`."""
+    failures = ev.check_page(_page(root, text, files), root)
+    assert len(failures) == 1, failures
+    assert failures[0].startswith(start), failures[0]
+
+
 def test_planted_number_is_reported_with_page_and_line(tmp_path):
-    page = _page(tmp_path, "# x\n\n| run | ppl | steps |\n|---|---:|---:|\n"
-                           "| a | 42.15 | 54,520 |\n| b | 99.99 | 3,000 |\n",
-                 {"metrics.json": '{"ppl": 42.1483, "steps": 54520, "other": 3000}'})
-    failures = ev.check_page(page, tmp_path)
-    assert len(failures) == 1
-    assert failures[0].startswith("docs/results/x.md:6: 99.99 is in no artefact")
+    _assert_one_failure(tmp_path, "# x\n\n| run | ppl | steps |\n|---|---:|---:|\n"
+                                  "| a | 42.15 | 54,520 |\n| b | 99.99 | 3,000 |\n",
+                        {"metrics.json": '{"ppl": 42.1483, "steps": 54520, "other": 3000}'},
+                        "docs/results/x.md:6: 99.99 is in no artefact")
 
 
 def test_bold_prose_figures_are_checked_plain_prose_is_not(tmp_path):
@@ -114,13 +119,11 @@ def test_page_figures_skip_code_links_and_names():
 
 
 def test_derived_figure_is_recomputed(tmp_path):
-    page = _page(tmp_path, "<!-- derived: 1.17x = 10740 / 9181 -->\n"
-                           "<!-- derived: 0.60 = 83 / 144 -->\n\n| a | b |\n|---|---|\n"
-                           "| 1.17x | 0.60 |\n",
-                 {"bench.json": '{"ours": 10740.2, "ref": 9181, "min": [83, 144]}'})
-    failures = ev.check_page(page, tmp_path)
-    assert len(failures) == 1
-    assert failures[0].startswith("docs/results/x.md:2: 0.60 is printed but 83 / 144 = 0.576")
+    _assert_one_failure(tmp_path, "<!-- derived: 1.17x = 10740 / 9181 -->\n"
+                                  "<!-- derived: 0.60 = 83 / 144 -->\n\n| a | b |\n|---|---|\n"
+                                  "| 1.17x | 0.60 |\n",
+                        {"bench.json": '{"ours": 10740.2, "ref": 9181, "min": [83, 144]}'},
+                        "docs/results/x.md:2: 0.60 is printed but 83 / 144 = 0.576")
 
 
 def test_derived_formula_literals_must_be_in_the_files(tmp_path):

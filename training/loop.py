@@ -40,7 +40,8 @@ from training import checkpoint as checkpoint_lib
 from training import collapse, interrupt
 from training import strategy as strategy_lib
 from training.checkpoint import NonFiniteError
-from training.config import ConfigError, check_data, check_model_dir, check_replicas, check_resume
+from training.config import ConfigError
+from training.config_checks import check_data, check_model_dir, check_replicas, check_resume
 from training.interrupt import TrainingInterrupted
 from training.run_loop import RunLoop
 from training.run_summary import default_logdir, format_duration

@@ -8,8 +8,7 @@ train.py prints `run_summary` at the end of a run (a notebook calling
 import os
 import shlex
 
-from training import run_notes
-from training.retrain import retrain_command
+from training import plugins, run_notes
 
 
 def format_duration(seconds):
@@ -38,7 +37,8 @@ def cut_short_note(step, planned):
 
 
 def _result_lines(config, results):
-    """The first lines: the run, its best valid (and test) figures, its architecture."""
+    """The first lines: the run, its best valid (and test) figures, its architecture
+    (or what the plug-ins say of it: `Plugin.summary_lines`)."""
     best = results.get("best") or results.get("last") or {}
     lines = [f"finished {config.model_dir}: step {results['step']} ({config.model_family}, "
              f"preset {config.preset})"]
@@ -50,13 +50,9 @@ def _result_lines(config, results):
         if test:
             line += f"; test perplexity {test['perplexity']:.2f} at that step"
         lines.append(line)
-    derivation = results.get("derivation")
-    if derivation:
-        note = " (untrained: NOT a search result)" if derivation.get("untrained") else ""
-        lines.append(f"derived architecture: {derivation['architecture']}{note} "
-                     f"({os.path.join(config.model_dir, 'architecture.json')})")
-        why = run_notes.no_attention_note(derivation, results["step"])
-        lines += [why] if why else []
+    described = plugins.summary_lines(config, results)  # a search: its derived network
+    if described:
+        lines += described
     elif results.get("architecture"):
         lines.append(f"architecture: {results['architecture']}")
     return lines
@@ -65,10 +61,11 @@ def _result_lines(config, results):
 def run_summary(config, results):
     """A short end-of-run summary for the console (train.py prints it).
 
-    Best valid metrics, the derived architecture of a search, where the
-    artefacts are (run directory, TensorBoard logdir) and the commands that
-    come next: retrain the derived network (after a search), generate,
-    evaluate, export, TensorBoard. A run stopped before the end of its
+    Best valid metrics, the plug-ins' lines (`Plugin.summary_lines`: the
+    derived architecture of a search), where the artefacts are (run directory,
+    TensorBoard logdir) and the commands that come next: the plug-ins' own
+    (`Plugin.next_commands`: retrain the derived network after a search),
+    generate, evaluate, export, TensorBoard. A run stopped before the end of its
     planned schedules says so in its last line (`cut_short_note`).
 
     Args:
@@ -84,8 +81,7 @@ def run_summary(config, results):
     lines = _result_lines(config, results)
     lines.append(f"run directory: {config.model_dir}   TensorBoard logs: {logdir}")
     lines.append("next:")
-    if results.get("derivation"):
-        lines.append(f"  {retrain_command(config)}   # retrain the derived network")
+    lines += [f"  {command}" for command in plugins.next_commands(config, results)]
     prompt = run_notes.valid_prompt(config.data_dir) or "The game"  # the data's own words
     lines += [
         f"  python3 generate.py --model_dir={model_dir} --prompt={quote(prompt)} --seed=1",

@@ -22,7 +22,8 @@ from runstore.errors import ConfigError
 from tests.helpers.trainers import family_config
 import train as train_cli
 from training import plugins
-from training.config import TrainConfig, check_resume
+from training.config import TrainConfig
+from training.config_checks import check_resume
 from training.plugins.base import Plugin, Registration
 
 SECTION = "counting"

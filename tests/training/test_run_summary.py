@@ -9,6 +9,7 @@ from absl import flags
 import pytest
 
 from tests.helpers.trainers import StopAfter, Stopped
+from training.plugins.base import Plugin, Registration
 
 
 def _command(summary, script):
@@ -85,3 +86,46 @@ def test_summary_of_a_finished_fixed_run():
     assert lines[2] == "architecture: afaf"
     assert not any("train.py" in line or "cut short" in line for line in lines)
     assert lines[-1] == "  tensorboard --logdir logs"
+
+
+
+class _Noter(Plugin):
+    """A plug-in of the test: one line of every run in the summary, and one command."""
+
+    @classmethod
+    def create(cls, model, config, horizon):
+        return None
+
+    @classmethod
+    def summary_lines(cls, config, results):
+        return [f"noted: {results['step']} steps in {config.model_dir}"]
+
+    @classmethod
+    def next_commands(cls, config, results):
+        return [f"python3 note.py --model_dir={config.model_dir}   # read the note"]
+
+
+def test_a_registered_plugin_adds_its_line_and_its_command_to_the_summary():
+    from model.transformer_xl.presets import preset_config
+    from training import plugins
+    from training.config import TrainConfig
+    from training.run_summary import run_summary
+
+    config = TrainConfig(data_dir="data/x", model_dir="runs/x",
+                         model=preset_config("tiny", vocab_size=256, architecture="afaf"),
+                         preset="tiny", max_steps=10)
+    results = {"step": 10, "planned_steps": 10, "architecture": "afaf"}
+    before = run_summary(config, results).splitlines()
+    plugins.register(Registration(name="noter", load=lambda: _Noter))
+    try:
+        lines = run_summary(config, results).splitlines()
+    finally:
+        plugins.unregister("noter")
+    # Its line stands after the run's figures, in place of the generic architecture
+    # line; its command comes first under "next:"; nothing else changes.
+    assert before[1] == "architecture: afaf"
+    assert lines[1] == "noted: 10 steps in runs/x"
+    assert lines[lines.index("next:") + 1] == (
+        "  python3 note.py --model_dir=runs/x   # read the note")
+    assert [x for x in lines if "note" not in x] == before[:1] + before[2:]
+    assert run_summary(config, results).splitlines() == before  # unregistered: gone

@@ -10,7 +10,8 @@ import pathlib
 
 import pytest
 
-from training.config import ConfigError, TrainConfig, check_resume
+from training.config import ConfigError, TrainConfig
+from training.config_checks import check_resume
 from training.plugins.par_search.config import SearchConfig
 
 FIXTURE_RUN = (pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "pre_house"

@@ -9,6 +9,7 @@ import pytest
 
 from model.transformer_xl.presets import preset_config
 from training import config as config_lib
+from training import config_checks
 from training.config import ConfigError, TrainConfig
 
 
@@ -86,17 +87,17 @@ def test_batch_split(tmp_path):
                        r"use one of \[1, 2, 4\]"):
         _config(tmp_path, batch_split=3)
     config = _config(tmp_path, batch_split=4, strategy="mirrored", num_cpu_replicas=2)
-    config_lib.check_replicas(config, _meta(), 1)
+    config_checks.check_replicas(config, _meta(), 1)
     with pytest.raises(ConfigError, match=r"--batch_split=4 does not divide the 2 rows of each "
                        r"of the 2 replicas \(--batch_size=4\).*use one of \[1, 2\]"):
-        config_lib.check_replicas(config, _meta(), 2)
-    config_lib.check_replicas(config.replace(batch_split=2), _meta(), 2)
+        config_checks.check_replicas(config, _meta(), 2)
+    config_checks.check_replicas(config.replace(batch_split=2), _meta(), 2)
     # Only the training batch is split (evaluation has no backward pass).
     meta = _meta()
     meta["splits"]["valid"]["batch_size"] = 2
-    config_lib.check_replicas(config, meta, 1)
+    config_checks.check_replicas(config, meta, 1)
     # The state is per row: another K resumes the same run.
-    assert config_lib.incompatible_fields(config, config.replace(batch_split=1)) == []
+    assert config_checks.incompatible_fields(config, config.replace(batch_split=1)) == []
 
 
 def test_capped_warmup():
@@ -130,63 +131,63 @@ def test_total_steps(tmp_path):
 
 def test_check_data_rejections(tmp_path):
     config = _config(tmp_path)
-    config_lib.check_data(config, _meta())
+    config_checks.check_data(config, _meta())
     with pytest.raises(ConfigError, match="--seq_len=16.*seq_len=32"):
-        config_lib.check_data(config, _meta(seq_len=32))
+        config_checks.check_data(config, _meta(seq_len=32))
     with pytest.raises(ConfigError, match="--batch_size=4.*batch_size=8"):
-        config_lib.check_data(config, _meta(batch_size=8))
+        config_checks.check_data(config, _meta(batch_size=8))
     with pytest.raises(ConfigError, match="vocab_size"):
-        config_lib.check_data(config, _meta(vocab_size=300))
+        config_checks.check_data(config, _meta(vocab_size=300))
     small = _config(tmp_path, model=preset_config("tiny", vocab_size=20, cutoffs=(8,)))
     with pytest.raises(ConfigError, match="--cutoffs=8.*auto"):
-        config_lib.check_data(small, _meta(vocab_size=8))
+        config_checks.check_data(small, _meta(vocab_size=8))
     meta = _meta()
     del meta["splits"]["test"]
     with pytest.raises(ConfigError, match="'test'"):
-        config_lib.check_data(config, meta)
+        config_checks.check_data(config, meta)
     meta = _meta()
     meta["splits"]["valid"]["records"] = 0
     with pytest.raises(ConfigError, match="'valid'"):
-        config_lib.check_data(config, meta)
+        config_checks.check_data(config, meta)
 
 
 def test_batch_must_split_over_replicas(tmp_path):
     config = _config(tmp_path, strategy="mirrored", num_cpu_replicas=3)
     with pytest.raises(ConfigError, match="not divisible by the 3 replicas.*--num_cpu_replicas"):
-        config_lib.check_replicas(config, _meta(), 3)
-    config_lib.check_replicas(config, _meta(), 2)
+        config_checks.check_replicas(config, _meta(), 3)
+    config_checks.check_replicas(config, _meta(), 2)
     meta = _meta()
     meta["splits"]["valid"]["batch_size"] = 6
     with pytest.raises(ConfigError, match="'valid'"):
-        config_lib.check_replicas(config, meta, 4)
+        config_checks.check_replicas(config, meta, 4)
 
 
 def test_resume_compatibility(tmp_path):
     config = _config(tmp_path)
-    assert config_lib.check_resume(config) is False  # nothing there yet
+    assert config_checks.check_resume(config) is False  # nothing there yet
     os.makedirs(config.model_dir)
     config.save()
-    assert config_lib.check_resume(config) is True
+    assert config_checks.check_resume(config) is True
     longer = config.replace(max_steps=500, epochs=40, eval_interval=7, eval_mem_len=64,
                             logdir="elsewhere", log_interval=3, keep_checkpoints=9,
                             checkpoint_interval=11, eval_max_records=2, sample_tokens=0)
-    assert config_lib.incompatible_fields(config, longer) == []
-    assert config_lib.check_resume(longer) is True
+    assert config_checks.incompatible_fields(config, longer) == []
+    assert config_checks.check_resume(longer) is True
     # The same directories spelled differently are the same run.
     os.makedirs(config.data_dir)
     os.symlink(config.data_dir, tmp_path / "alias")
     respelled = config.replace(model_dir=config.model_dir + "/", data_dir=str(tmp_path / "alias"))
-    assert config_lib.incompatible_fields(config, respelled) == []
+    assert config_checks.incompatible_fields(config, respelled) == []
     other = config.replace(learning_rate=0.5, model=config.model.replace(d_model=64))
-    assert config_lib.incompatible_fields(config, other) == ["learning_rate", "model.d_model"]
+    assert config_checks.incompatible_fields(config, other) == ["learning_rate", "model.d_model"]
     with pytest.raises(ConfigError, match="--overwrite") as error:
-        config_lib.check_resume(other)
+        config_checks.check_resume(other)
     assert "d_model: 32 -> 64" in str(error.value)
-    assert config_lib.check_resume(other, overwrite=True) is False
+    assert config_checks.check_resume(other, overwrite=True) is False
     with open(os.path.join(config.model_dir, "config.json"), "w") as f:
         f.write("{not json")
     with pytest.raises(ConfigError, match="unreadable"):
-        config_lib.check_resume(config)
+        config_checks.check_resume(config)
 
 
 def test_every_field_is_documented():

@@ -15,7 +15,11 @@ otherwise) and may:
   when the checkpoint has it);
 - act on the host after every step (`after_step`, returning events the
   loop logs), log, write its TensorBoard summaries (`on_log`), resume and
-  finish (`on_start`, `on_finish`).
+  finish (`on_start`, `on_finish`);
+- add lines to the console's end-of-run summary and commands to its "next:"
+  list (`summary_lines`, `next_commands`: class methods given the run's
+  config and results; the search names its derived architecture and the
+  command that retrains it).
 
 Each plug-in package declares itself in its `__init__.py`: a `Registration`
 (training/plugins/base.py) named `PLUGIN`, read without TensorFlow, with its
@@ -41,7 +45,8 @@ from training.plugins import par_search, span_report
 from training.plugins.base import OptimizerGroup, Plugin, Registration
 
 __all__ = ["OptimizerGroup", "Plugin", "Registration", "config_sections", "make_plugins",
-           "register", "registered", "registrations", "run_files", "unregister"]
+           "next_commands", "register", "registered", "registrations", "run_files",
+           "summary_lines", "unregister"]
 
 # The registered plug-ins, in the order they are applied: one line each.
 _REGISTERED = [
@@ -105,3 +110,13 @@ def make_plugins(model, config, horizon):
 def run_files():
     """Every run-directory file name a registered plug-in may write."""
     return tuple(name for cls in registered() for name in cls.RUN_FILES)
+
+
+def summary_lines(config, results):
+    """The registered plug-ins' lines of the end-of-run summary, in registry order."""
+    return [line for cls in registered() for line in cls.summary_lines(config, results)]
+
+
+def next_commands(config, results):
+    """The registered plug-ins' commands for the summary's "next:" list, in registry order."""
+    return [line for cls in registered() for line in cls.next_commands(config, results)]

@@ -9,7 +9,10 @@ grouping below says which:
   `inactive_variables`; `trace_key` decides when the step is traced again;
 - on the host, between steps: `create`, `checkpoint_objects`, `after_step`,
   `should_stop`, `follow_up`, `after_follow_up`, `on_start`, `log_values`,
-  `on_log`, `on_finish`.
+  `on_log`, `on_finish`;
+- on the host after the run, on the class (no instance: the end-of-run summary
+  is made from the run's config and results, training/run_summary.py):
+  `summary_lines`, `next_commands`.
 
 A plug-in package declares itself in one place, a `Registration` named
 `PLUGIN` in its `__init__.py` (read without TensorFlow): the class (loaded
@@ -171,3 +174,21 @@ class Plugin:
 
     def on_finish(self, results, model_dir, chief):
         """At the end of training: may add entries to metrics.json's `results`."""
+
+    # ------------------------------------------ after the run, on the class
+
+    @classmethod
+    def summary_lines(cls, config, results):
+        """Lines of the console's end-of-run summary about what the run made, after
+        its best figures (`results`: what `train` returned, `config`: its TrainConfig).
+
+        When a plug-in gives lines, they stand in for the summary's generic
+        `architecture: ...` line (the search names the architecture it derived).
+        """
+        return []
+
+    @classmethod
+    def next_commands(cls, config, results):
+        """Commands the summary lists first under "next:" (without indent; a
+        `   # why` comment may follow the command)."""
+        return []

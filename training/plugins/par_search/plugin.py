@@ -480,6 +480,14 @@ class ParSearch(Plugin):
         self.history.append(step, probs)
         self.history.save(model_dir)
 
+    @classmethod
+    def summary_lines(cls, config, results):
+        return arch_summaries.result_lines(config, results)
+
+    @classmethod
+    def next_commands(cls, config, results):
+        return arch_summaries.next_commands(config, results)
+
     def on_finish(self, results, model_dir, chief):
         results["architecture"] = self.model.derived_architecture
         if not self.searching:

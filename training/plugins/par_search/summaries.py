@@ -1,13 +1,23 @@
-"""The PAR search's TensorBoard summaries: the per-block probabilities of the
-candidates (the block types of model/transformer_xl/blocks.py) as scalars
-`arch/block_NN/<candidate>` and as a block-by-choice heat map
-`arch/probabilities`, written to the train writer by `ParSearch.on_log`
-through the run's `training.summaries.TrainSummaries`.
+"""The PAR search's summaries.
+
+TensorBoard: the per-block probabilities of the candidates (the block types of
+model/transformer_xl/blocks.py) as scalars `arch/block_NN/<candidate>` and as a
+block-by-choice heat map `arch/probabilities`, written to the train writer by
+`ParSearch.on_log` through the run's `training.summaries.TrainSummaries`.
+
+Console: the end-of-run summary's lines of a search (`result_lines`: the
+derived architecture, and why it has no attention block) and its first "next"
+command (`next_commands`: retrain the derived network), which
+`ParSearch.summary_lines` / `next_commands` give to training/run_summary.py.
 """
+
+import os
 
 import numpy as np
 
 from model.transformer_xl import blocks
+from training import run_notes
+from training.plugins.par_search.retrain import retrain_command
 
 # Pixels per cell of the block-by-choice heat map: TensorBoard shows images at
 # their native size, and a 6x3 image would be unreadable.
@@ -71,3 +81,24 @@ def write_architecture(summaries, step, probs):
     summaries.image(step, "arch/probabilities", arch_image(probs), description=(
         f"Rows: blocks 0 (input side) to {len(probs) - 1}; columns: {', '.join(names)}; "
         "darker is more probable."))
+
+
+def result_lines(config, results):
+    """The summary's lines of a search: its derived architecture (marked when
+    derived from untrained logits, with the path of architecture.json) and why it
+    has no attention block, or [] when the run derived none."""
+    derivation = results.get("derivation")
+    if not derivation:
+        return []
+    note = " (untrained: NOT a search result)" if derivation.get("untrained") else ""
+    lines = [f"derived architecture: {derivation['architecture']}{note} "
+             f"({os.path.join(config.model_dir, 'architecture.json')})"]
+    why = run_notes.no_attention_note(derivation, results["step"])
+    return lines + ([why] if why else [])
+
+
+def next_commands(config, results):
+    """The train.py command retraining the derived network of a search, or []."""
+    if not results.get("derivation"):
+        return []
+    return [f"{retrain_command(config)}   # retrain the derived network"]

@@ -1,15 +1,16 @@
 """The train.py command that retrains a search's derived network with the search's recipe.
 
-`run_summary` prints it after a PAR search: the run's flags that differ from
-their defaults and its model fields that differ from its preset, without the
-ones the retrain sets itself or takes from the data or the search.
+The end-of-run summary lists it after a PAR search (`summaries.next_commands`):
+the run's flags that differ from their defaults and its model fields that
+differ from its preset, without the ones the retrain sets itself or takes from
+the data or the search.
 """
 
 import os
 import shlex
 
 from model.families import get_family
-from training.config import TrainConfig
+from training.plugins.par_search.config import SECTION
 
 # Fields the retrain command sets itself, or that come from the data or the search.
 _NOT_RETRAIN_FLAGS = frozenset({"data_dir", "model_dir", "model", "logdir", "preset",
@@ -28,9 +29,9 @@ def retrain_flags(config):
     """train.py flags that repeat the run's recipe (its values that differ from the
     defaults, model fields that differ from its preset) for a derived retrain."""
     flags = []
-    for field in TrainConfig.flag_fields():
+    for field in type(config).flag_fields():
         value = getattr(config, field.name)
-        if field.name in _NOT_RETRAIN_FLAGS or field.metadata["group"] == "search" \
+        if field.name in _NOT_RETRAIN_FLAGS or field.metadata["group"] == SECTION \
                 or value == field.default:
             continue
         if isinstance(value, bool):
