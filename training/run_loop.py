@@ -364,6 +364,8 @@ class RunLoop:
         trainer, config, model_dir = self.trainer, self.config, self.config.model_dir
         results = {"step": self.step, "model_family": config.model_family,
                    "planned_steps": trainer.horizon}
+        if self.step < trainer.horizon and any(p.should_stop() for p in trainer.plugins):
+            results["ended_by_plugin"] = True  # by design (a decided search), not cut short
         for plugin in trainer.plugins:
             plugin.on_finish(results, model_dir, self.chief)
         valid = self._valid[1]  # run() always ends with a valid evaluation at this step
@@ -391,6 +393,6 @@ class RunLoop:
             self.summaries.close()
         for callback in self.callbacks:
             callback.on_train_end(results)
-        if self.step < trainer.horizon:
+        if self.step < trainer.horizon and not results.get("ended_by_plugin"):
             logging.warning("%s", cut_short_note(self.step, trainer.horizon))
         return results

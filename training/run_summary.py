@@ -66,7 +66,9 @@ def run_summary(config, results):
     TensorBoard logdir) and the commands that come next: the plug-ins' own
     (`Plugin.next_commands`: retrain the derived network after a search),
     generate, evaluate, export, TensorBoard. A run stopped before the end of its
-    planned schedules says so in its last line (`cut_short_note`).
+    planned schedules says so in its last line (`cut_short_note`), unless a
+    plug-in ended it there by design (`Plugin.should_stop`: metrics.json's
+    `ended_by_plugin`, a decided search).
 
     Args:
         config: the run's TrainConfig.
@@ -91,6 +93,6 @@ def run_summary(config, results):
         f"  tensorboard --logdir {quote(os.path.dirname(os.path.normpath(logdir)) or logdir)}",
     ]
     planned = results.get("planned_steps")
-    if planned and results["step"] < planned:
+    if planned and results["step"] < planned and not results.get("ended_by_plugin"):
         lines.append(cut_short_note(results["step"], planned))
     return "\n".join(lines)

@@ -95,6 +95,23 @@ def test_the_end_of_run_summary_names_both_stages_and_the_package(pipeline):
     assert exported in summary
 
 
+@pytest.mark.slow
+def test_the_decided_search_is_not_called_cut_short_nor_told_to_retrain(pipeline):
+    """Its summary says the search ended by design and lists no retrain command (the
+    derived network was trained in the same command); metrics.json says why it ended."""
+    from training.run_summary import run_summary
+
+    config, results, _, _ = pipeline
+    assert results["step"] < results["planned_steps"] and results["ended_by_plugin"] is True
+    summary = run_summary(config, results)
+    decided = results["derivation"]["decided_step"]
+    assert (f"the search was decided at step {decided} (--stop_rule=stable) and ends there "
+            "by design") in summary.splitlines()
+    assert "cut short" not in summary and "retrain the derived network" not in summary
+    alone = {k: v for k, v in results.items() if k != "retrain"}  # as a search alone
+    assert "retrain the derived network" in run_summary(config, alone)
+
+
 class _KilledBetweenStages(Exception):
     pass
 

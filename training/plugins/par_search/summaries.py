@@ -93,12 +93,17 @@ def result_lines(config, results):
     note = " (untrained: NOT a search result)" if derivation.get("untrained") else ""
     lines = [f"derived architecture: {derivation['architecture']}{note} "
              f"({os.path.join(config.model_dir, 'architecture.json')})"]
+    decided = derivation.get("decided_step")
+    if decided is not None:
+        lines.append(f"the search was decided at step {decided} (--stop_rule="
+                     f"{config.search.stop_rule}) and ends there by design")
     why = run_notes.no_attention_note(derivation, results["step"])
     return lines + ([why] if why else [])
 
 
 def next_commands(config, results):
-    """The train.py command retraining the derived network of a search, or []."""
-    if not results.get("derivation"):
+    """The train.py command retraining the derived network of a search, or [] (no
+    derivation, or the derived network was trained in the same command)."""
+    if not results.get("derivation") or "retrain" in results:
         return []
     return [f"{retrain_command(config)}   # retrain the derived network"]
