@@ -1,7 +1,7 @@
-"""Two lines of the end-of-run summary that depend on the run's data and search:
-the prompt it suggests (from the data's own valid split) and why a search derived no
-attention block. The text work is pure (`prompt_from_text`, `no_attention_note`);
-`valid_prompt` reads the start of a build's valid split."""
+"""The prompt the end-of-run summary suggests, from the data's own valid split.
+The text work is pure (`prompt_from_text`); `valid_prompt` reads the start of a
+build's valid split. (Why a search derived no attention block is the PAR search's
+own line: `training.plugins.par_search.summaries.no_attention_note`.)"""
 
 import itertools
 
@@ -61,22 +61,3 @@ def valid_prompt(data_dir):
     except (DataError, OSError, ValueError, tf.errors.OpError):
         return None
     return prompt_from_text(tokenizer.decode(ids))
-
-
-def no_attention_note(derivation, step):
-    """The summary line saying why a search derived no attention block, or None.
-
-    Args:
-        derivation: results["derivation"] of a search (the PAR plug-in's): its block
-            `counts` by type name; an `untrained` one has its own line already.
-        step: the run's last step.
-    """
-    counts = derivation.get("counts") or {}
-    if derivation.get("untrained") or "attention" not in counts or counts["attention"]:
-        return None
-    others = ", ".join(f"{n} {name}" for name, n in sorted(counts.items()) if n)
-    return (f"no attention block ({others}): after {step} steps the search found the other "
-            "choices better in every block: it has not yet trained attention to lower the "
-            "loss more than a dense layer does, as in most short searches (the probabilities "
-            "over time are in arch_history.png); search longer (a larger --max_steps or more "
-            "data) or train a fixed Transformer-XL (--architecture=transformer_xl)")

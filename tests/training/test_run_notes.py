@@ -1,7 +1,8 @@
 """training.run_notes: the summary's prompt comes from the data's own valid split, and a
 search that derived no attention says why."""
 
-from training.run_notes import no_attention_note, prompt_from_text
+from training.plugins.par_search.summaries import no_attention_note
+from training.run_notes import prompt_from_text
 
 
 def test_prompt_from_text_takes_the_first_prose_words():

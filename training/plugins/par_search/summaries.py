@@ -16,7 +16,6 @@ import os
 import numpy as np
 
 from model.transformer_xl import blocks
-from training import run_notes
 from training.plugins.par_search.retrain import retrain_command
 
 # Pixels per cell of the block-by-choice heat map: TensorBoard shows images at
@@ -97,7 +96,7 @@ def result_lines(config, results):
     if decided is not None:
         lines.append(f"the search was decided at step {decided} (--stop_rule="
                      f"{config.search.stop_rule}) and ends there by design")
-    why = run_notes.no_attention_note(derivation, results["step"])
+    why = no_attention_note(derivation, results["step"])
     return lines + ([why] if why else [])
 
 
@@ -107,3 +106,22 @@ def next_commands(config, results):
     if not results.get("derivation") or "retrain" in results:
         return []
     return [f"{retrain_command(config)}   # retrain the derived network"]
+
+
+def no_attention_note(derivation, step):
+    """The summary line saying why a search derived no attention block, or None.
+
+    Args:
+        derivation: results["derivation"] of a search (the PAR plug-in's): its block
+            `counts` by type name; an `untrained` one has its own line already.
+        step: the run's last step.
+    """
+    counts = derivation.get("counts") or {}
+    if derivation.get("untrained") or "attention" not in counts or counts["attention"]:
+        return None
+    others = ", ".join(f"{n} {name}" for name, n in sorted(counts.items()) if n)
+    return (f"no attention block ({others}): after {step} steps the search found the other "
+            "choices better in every block: it has not yet trained attention to lower the "
+            "loss more than a dense layer does, as in most short searches (the probabilities "
+            "over time are in arch_history.png); search longer (a larger --max_steps or more "
+            "data) or train a fixed Transformer-XL (--architecture=transformer_xl)")
