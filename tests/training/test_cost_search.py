@@ -7,7 +7,7 @@ import pytest
 def test_candidate_costs_add_up_to_the_model_flops():
     from model.transformer_xl import flops
     from model.transformer_xl.presets import preset_config
-    from training.plugins.par_search.plugin import candidate_costs, expected_cost
+    from training.plugins.par_search.costs import candidate_costs, expected_cost
 
     config = preset_config("tiny", vocab_size=256)
     costs, fixed = candidate_costs(config, seq_len=16, mem_len=8)

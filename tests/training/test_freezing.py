@@ -237,7 +237,7 @@ def test_the_frozen_set_survives_loading_export_and_derivation(tiny_data, tmp_pa
 def test_then_retrain_trains_the_derived_architecture_from_scratch(tiny_data, tmp_path):
     from training.config import TrainConfig
     from training.loop import train
-    from training.plugins.par_search.plugin import retrain_config
+    from training.plugins.par_search.retrain import retrain_config
 
     config = family_config(tiny_data, tmp_path / "search", "transformer_xl",
                            "--arch_warmup_steps=2", "--arch_learning_rate=0.5",

@@ -159,7 +159,7 @@ def test_a_derived_network_seeded_from_the_supernet_computes_what_the_frozen_sup
 
     from model.families import build_model
     from serving import runs
-    from training.plugins.par_search.plugin import seed_from_search
+    from training.plugins.par_search.retrain import seed_from_search
 
     _, results, _, root = pipeline
     search = runs.load_run(str(root / "search"), checkpoint="best")
@@ -180,7 +180,7 @@ def test_a_derived_network_seeded_from_the_supernet_computes_what_the_frozen_sup
 
 def test_retrain_init_supernet_sets_the_second_stage_to_start_from_the_search(tiny_data,
                                                                             tmp_path):
-    from training.plugins.par_search.plugin import retrain_config
+    from training.plugins.par_search.retrain import retrain_config
 
     config = _config(tiny_data, tmp_path / "search", "--retrain_init=supernet")
     follow = retrain_config(config, "af")

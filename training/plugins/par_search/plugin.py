@@ -49,110 +49,21 @@ A fixed architecture gets only its architecture string in metrics.json.
 """
 
 import os
-import re
 
 from absl import logging
 import numpy as np
 import tensorflow as tf
 
-from model.transformer_xl import blocks, flops
 from runstore import run_dir
 from training.plan import capped_warmup
 from training.plugins.base import OptimizerGroup, Plugin
 from training.plugins.par_search import derive, plots, stopping
 from training.plugins.par_search import summaries as arch_summaries
 from training.plugins.par_search.config import ARCH_WARMUP_FRACTION
+from training.plugins.par_search.costs import candidate_costs
+from training.plugins.par_search.freezing import FreezeState
+from training.plugins.par_search.retrain import retrain_config, seed_from_search
 from training.plugins.par_search.schedules import tau_at
-
-
-def candidate_costs(model_config, seq_len, mem_len):
-    """Forward FLOPs per token of each candidate of one block, and of the rest.
-
-    Returns:
-        (float64 [C] costs of the candidates (the registered block types,
-        attention, dense, identity) of one block, fixed cost of embedding and
-        output layer), both relative to the total of a Transformer-XL with as
-        many blocks (`af` repeated, an extra `a` for an odd count).
-    """
-    n = model_config.num_blocks
-    reference = "af" * (n // 2) + "a" * (n % 2)
-    total = flops.forward_flops_per_token(model_config, reference, seq_len, mem_len)
-    costs = np.array([spec.flops_per_token(model_config, seq_len, mem_len)
-                      for spec in blocks.specs()], np.float64)
-    return costs / total["total"], (total["embedding"] + total["head"]) / total["total"]
-
-
-def expected_cost(probs, costs, fixed):
-    """sum_blocks sum_k p_k cost_k + fixed, for probabilities [num_blocks, C]."""
-    return float(np.sum(np.asarray(probs) @ costs) + fixed)
-
-
-def retrain_config(config, architecture):
-    """The TrainConfig of PAR's second stage: `architecture` from scratch, the same flags
-    otherwise (as `./base_model.sh --architecture=<search run> --arch_warmup_steps=0`),
-    in `<model_dir>_retrain` (logs in `<logdir>_retrain` when a logdir is given).
-    With --retrain_epochs the second stage trains that many epochs, whatever the
-    search's own length."""
-    model_dir = os.path.normpath(config.model_dir) + "_retrain"
-    logdir = os.path.normpath(config.logdir) + "_retrain" if config.logdir else ""
-    search = config.search
-    length = ({"epochs": search.retrain_epochs, "max_steps": 0} if search.retrain_epochs
-              else {})
-    init_from = config.model_dir if search.retrain_init == "supernet" else ""
-    return config.replace(
-        model=config.model.replace(architecture=architecture), model_dir=model_dir,
-        logdir=logdir, search=search.replace(
-            arch_warmup_steps=0, then_retrain=False, stop_rule="frozen", retrain_epochs=0,
-            retrain_init="scratch", init_from=init_from), **length)
-
-
-def candidate_key(path):
-    """A weight's path as the fixed network names it: a supernet candidate's
-    `block_3/attention/...` is the derived network's `block_3_attention/...`;
-    the model's own name (which TensorFlow numbers) is dropped."""
-    path = path.split("/", 1)[1] if path.startswith("transformer_xllm") else path
-    return re.sub(r"^block_(\d+)/([a-z]+)/", r"block_\1_\2/", path)
-
-
-def seed_from_search(model, search_dir):
-    """Gives derived network `model` the weights of its candidates in the supernet of
-    search run `search_dir` (its best checkpoint). Returns the checkpoint prefix."""
-    from model.families import build_model
-    from runstore import checkpoints
-    from runstore.config import RunConfig
-
-    supernet = build_model(RunConfig.load(search_dir).model, dtype="float32")
-    prefix, _ = checkpoints.resolve_checkpoint(search_dir, "best")
-    checkpoints.restore_model_variables(supernet, prefix, what=f"the supernet of {search_dir}")
-    carried = {candidate_key(v.path): v for v in supernet.weight_variables}
-    missing = [v.path for v in model.weight_variables if candidate_key(v.path) not in carried]
-    if missing:
-        raise ValueError(f"--init_from={search_dir}: its supernet has no weights for "
-                         f"{', '.join(missing[:3])}: give the search the architecture came from")
-    for v in model.weight_variables:
-        v.assign(tf.cast(carried[candidate_key(v.path)], v.dtype))
-    return prefix
-
-
-class FreezeState(tf.Module):
-    """The freezing counters of a search, saved in the checkpoints (per block).
-
-    stable_since: first step of the current run of steps at which the block's
-        most probable candidate `stable_choice` had a probability of at least
-        the threshold (-1: none).
-    frozen_step, frozen_probability: when the block was frozen and the
-        probability of its choice then (-1 and 0 while it searches); the
-        choice itself is the model's (`TransformerXLLM.frozen_blocks`).
-    """
-
-    def __init__(self, num_blocks):
-        super().__init__(name="freeze_state")
-        minus_one = tf.fill([num_blocks], tf.constant(-1, tf.int64))
-        self.stable_since = tf.Variable(minus_one, trainable=False, name="stable_since")
-        self.stable_choice = tf.Variable(minus_one, trainable=False, name="stable_choice")
-        self.frozen_step = tf.Variable(minus_one, trainable=False, name="frozen_step")
-        self.frozen_probability = tf.Variable(tf.zeros([num_blocks], tf.float64),
-                                              trainable=False, name="frozen_probability")
 
 
 def _softmax(logits):
@@ -368,7 +279,6 @@ class ParSearch(Plugin):
 
     def _expected_cost(self):
         """Scalar float32 tensor: the expected relative FLOPs under softmax(alpha)."""
-        import tensorflow as tf
 
         logits = tf.stack([tf.convert_to_tensor(v) for v in self.model.variable_groups()["arch"]])
         probs = tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1)  # [num_blocks, C]
@@ -377,7 +287,6 @@ class ParSearch(Plugin):
     def extra_losses(self):
         if self._costs is None:
             return []
-        import tensorflow as tf
 
         c = self.config
         cost = self._expected_cost()

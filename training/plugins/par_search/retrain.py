@@ -1,13 +1,19 @@
-"""The train.py command that retrains a search's derived network with the search's recipe.
+"""PAR's second stage: the derived network trained with the search's recipe.
 
-The end-of-run summary lists it after a PAR search (`summaries.next_commands`):
-the run's flags that differ from their defaults and its model fields that
-differ from its preset, without the ones the retrain sets itself or takes from
-the data or the search.
+`retrain_config`: its TrainConfig when it runs in the same command
+(`--then_retrain`); `seed_from_search`: its weights taken from the supernet's
+candidates (`--retrain_init=supernet`, `--init_from`); `retrain_command`: the
+train.py command the end-of-run summary lists after a search
+(`summaries.next_commands`): the run's flags that differ from their defaults and
+its model fields that differ from its preset, without the ones the retrain sets
+itself or takes from the data or the search.
 """
 
 import os
+import re
 import shlex
+
+import tensorflow as tf
 
 from model.families import get_family
 from training.plugins.par_search.config import SECTION
@@ -62,3 +68,50 @@ def retrain_command(config):
     return (f"python3 train.py --data_dir={quote(config.data_dir)} "
             f"--model_dir={derived} --preset={config.preset} "
             f"--architecture={quote(config.model_dir)} --arch_warmup_steps=0 {recipe}")
+
+
+def retrain_config(config, architecture):
+    """The TrainConfig of PAR's second stage: `architecture` from scratch, the same flags
+    otherwise (as `./base_model.sh --architecture=<search run> --arch_warmup_steps=0`),
+    in `<model_dir>_retrain` (logs in `<logdir>_retrain` when a logdir is given).
+    With --retrain_epochs the second stage trains that many epochs, whatever the
+    search's own length."""
+    model_dir = os.path.normpath(config.model_dir) + "_retrain"
+    logdir = os.path.normpath(config.logdir) + "_retrain" if config.logdir else ""
+    search = config.search
+    length = ({"epochs": search.retrain_epochs, "max_steps": 0} if search.retrain_epochs
+              else {})
+    init_from = config.model_dir if search.retrain_init == "supernet" else ""
+    return config.replace(
+        model=config.model.replace(architecture=architecture), model_dir=model_dir,
+        logdir=logdir, search=search.replace(
+            arch_warmup_steps=0, then_retrain=False, stop_rule="frozen", retrain_epochs=0,
+            retrain_init="scratch", init_from=init_from), **length)
+
+
+def candidate_key(path):
+    """A weight's path as the fixed network names it: a supernet candidate's
+    `block_3/attention/...` is the derived network's `block_3_attention/...`;
+    the model's own name (which TensorFlow numbers) is dropped."""
+    path = path.split("/", 1)[1] if path.startswith("transformer_xllm") else path
+    return re.sub(r"^block_(\d+)/([a-z]+)/", r"block_\1_\2/", path)
+
+
+def seed_from_search(model, search_dir):
+    """Gives derived network `model` the weights of its candidates in the supernet of
+    search run `search_dir` (its best checkpoint). Returns the checkpoint prefix."""
+    from model.families import build_model
+    from runstore import checkpoints
+    from runstore.config import RunConfig
+
+    supernet = build_model(RunConfig.load(search_dir).model, dtype="float32")
+    prefix, _ = checkpoints.resolve_checkpoint(search_dir, "best")
+    checkpoints.restore_model_variables(supernet, prefix, what=f"the supernet of {search_dir}")
+    carried = {candidate_key(v.path): v for v in supernet.weight_variables}
+    missing = [v.path for v in model.weight_variables if candidate_key(v.path) not in carried]
+    if missing:
+        raise ValueError(f"--init_from={search_dir}: its supernet has no weights for "
+                         f"{', '.join(missing[:3])}: give the search the architecture came from")
+    for v in model.weight_variables:
+        v.assign(tf.cast(carried[candidate_key(v.path)], v.dtype))
+    return prefix
