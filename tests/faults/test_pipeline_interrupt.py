@@ -5,10 +5,10 @@ and metrics, and the exported package. Nothing half-written is left.
 
 The stages: (a) the search, (b) its decision saved, before the retrain's first step
 (a signal when the retrain's config is made, `retrain_config`), (c) the retrain, (d)
-the export, while Keras writes the package. One run goes through the SIGINTs in turn
-(each restart also the resume of the previous stop), a second one through the kills
-at (b) and (d); three child processes in all (tests/helpers/faults.py), the
-uninterrupted reference in the first.
+the export, while Keras writes the package. One run goes through the SIGINTs (and a
+SIGTERM at (b) and (d)) in turn, each restart also the resume of the previous stop; a
+second one through the kills at (b) and (d). Three child processes in all
+(tests/helpers/faults.py), the uninterrupted reference in the first.
 """
 
 import json
@@ -64,10 +64,16 @@ def pipelines(word_data, tmp_path_factory):
          "faults": [{"at": "step", "step": SEARCH_SIGINT_STEP, "signal": "SIGINT"}]},
         {"name": "boundary", "args": flags["graceful"],
          "faults": [{"at": "call", "target": BOUNDARY, "signal": "SIGINT"}]},
+        # The same boundary, SIGTERM when the retrain's train() is called (main's is the 1st).
+        {"name": "boundary_sigterm", "args": flags["graceful"],
+         "faults": [{"at": "call", "target": "training.loop.train", "call": 2,
+                     "signal": "SIGTERM"}]},
         {"name": "retrain", "args": flags["graceful"],
          "faults": [{"at": "step", "step": RETRAIN_SIGINT_STEP, "signal": "SIGINT"}]},
         {"name": "export", "args": flags["graceful"],
          "faults": [{"at": "call", "target": MID_EXPORT, "signal": "SIGINT"}]},
+        {"name": "export_sigterm", "args": flags["graceful"],
+         "faults": [{"at": "call", "target": MID_EXPORT, "signal": "SIGTERM"}]},
         {"name": "final", "args": flags["graceful"],
          "before": record("after_sigint_export", runs["graceful"])},
         # SIGKILL once the search has decided and saved, before the retrain starts.
@@ -99,25 +105,27 @@ def test_each_sigint_stops_its_stage_with_one_line_and_the_next_start_resumes_it
     code, results, err = pipelines["graceful"]
     search, retrain = _stages(pipelines["runs"]["graceful"])
     assert results["reference"][0] == 0, results["reference"][1][-3000:]
-    expected = {"search": LINE.format(SEARCH_SIGINT_STEP), "boundary": LINE.format(0),
-                "retrain": LINE.format(RETRAIN_SIGINT_STEP),
-                "export": "interrupted: nothing was written to "
-                          f"{pipelines['runs']['graceful']}/out/model.keras; the training is "
-                          "complete: run the same command to export"}
-    for name, line in expected.items():
+    export = (f"interrupted: nothing was written to {pipelines['runs']['graceful']}/out/"
+              "model.keras; the training is complete: run the same command to export")
+    expected = {"search": (130, LINE.format(SEARCH_SIGINT_STEP)),
+                "boundary": (130, LINE.format(0)), "boundary_sigterm": (143, LINE.format(0)),
+                "retrain": (130, LINE.format(RETRAIN_SIGINT_STEP)),
+                "export": (130, export), "export_sigterm": (143, export)}
+    for name, (code, line) in expected.items():
         assert name in results, (name, err[-3000:])
         status, stderr = results[name]
-        assert status == 130, (name, stderr[-3000:])
+        assert status == code, (name, stderr[-3000:])
         assert stderr.strip().splitlines()[-1] == line, (name, stderr[-3000:])
         assert "Traceback" not in stderr, name
     # Each start resumed where the previous one stopped, and trained no stage twice.
     assert f"resuming {search} at step {SEARCH_SIGINT_STEP}" in results["boundary"][1]
-    assert f"resuming {retrain} at step 0" in results["retrain"][1]
+    for name in ("boundary_sigterm", "retrain"):
+        assert f"resuming {retrain} at step 0" in results[name][1], name
     assert f"resuming {retrain} at step {RETRAIN_SIGINT_STEP}" in results["export"][1]
     decided = json.loads((search / "metrics.json").read_text())["derivation"]["decided_step"]
-    for name in ("retrain", "export", "final"):
+    for name in ("boundary_sigterm", "retrain", "export", "export_sigterm", "final"):
         assert f"resuming {search} at step {decided}" in results[name][1], name
-    # The interrupted export left nothing in the output directory.
+    # The interrupted exports left nothing in the output directory.
     assert pipelines["after_sigint_export"] == []
 
 
