@@ -353,7 +353,7 @@ def main(argv):
         logging.info("%s", config_summary(config))
         results = train(config, overwrite=overwrite)
         exported = _export(config, results, export_path, overwrite) if export_path else None
-    except TrainingInterrupted as stop:
+    except (TrainingInterrupted, ExportInterrupted) as stop:
         print(stop, file=sys.stderr)
         return stop.exit_code
     except (ConfigError, data_utils.DataError, NonFiniteError, WriteError,
@@ -381,13 +381,27 @@ def _check_export(path, overwrite):
         raise ConfigError(str(error)) from None
 
 
+class ExportInterrupted(Exception):
+    """SIGINT/SIGTERM during --export: the package's temporary file was removed."""
+
+    def __init__(self, path, exit_code):
+        self.exit_code = exit_code
+        super().__init__(f"interrupted: nothing was written to {path}; the training is "
+                         "complete: run the same command to export")
+
+
 def _export(config, results, path, overwrite):
     """Exports the best checkpoint of the run that ended the command; returns the path."""
     from serving import export, runs
+    from training import interrupt
 
     model_dir = results.get("retrain", {}).get("model_dir", config.model_dir)
-    path = export.export_keras(runs.load_run(model_dir, checkpoint="best"), path,
-                               overwrite=overwrite)
+    try:
+        with interrupt.signals_as_interrupts():  # SIGTERM too removes the temporary file
+            path = export.export_keras(runs.load_run(model_dir, checkpoint="best"), path,
+                                       overwrite=overwrite)
+    except KeyboardInterrupt as stop:
+        raise ExportInterrupted(path, interrupt.interrupt_exit_code(stop)) from None
     logging.info("exported %s (best checkpoint) to %s", model_dir, path)
     return path
 

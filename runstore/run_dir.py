@@ -287,6 +287,19 @@ def remove_entries(directory, wanted):
     return removed
 
 
+def remove_stale_temporaries(path):
+    """Removes the temporaries of `path` (`temporary_name(path, ...)`, beside it) that
+    processes no longer alive left (a writer killed mid-write); returns their names."""
+    parent, base = os.path.split(os.path.abspath(os.fspath(path)))
+
+    def wanted(name):
+        ours = _OUR_TEMPORARY.match(name)
+        return bool(ours) and name.startswith(f".{base}.tmp-") and not _alive(
+            int(ours.group(1)))
+
+    return remove_entries(parent, wanted)
+
+
 def remove_temporaries(directory):
     """Removes the temporaries of interrupted writes in `directory` (not recursive).
 

@@ -51,6 +51,8 @@ also written to `path/tokenizer/` for Python (`data_utils.load_tokenizer`).
 Both exports are written to a temporary path next to the output and renamed
 at the end, so a failed export (a full disk, an interruption) leaves nothing
 behind; a failed write is an `ExportError` naming the output and the error.
+What an export killed mid-write left beside the output (its temporary) is
+removed by the next export to the same output.
 
 Size glossary: B batch (samples), T segment length, M memory length, D
 d_model, V vocabulary size, L prompt tokens, N generated tokens.
@@ -61,6 +63,7 @@ import os
 import shutil
 import tempfile
 
+from absl import logging
 import tensorflow as tf
 
 from pardata.meta import META_FILE
@@ -133,6 +136,7 @@ def export_keras(run, path, overwrite=False, dtype="float32"):
         raise ExportError(f"output {path} must end in .keras for a Keras export")
     if dtype not in DTYPES:
         raise ExportError(f"dtype={dtype!r} must be one of {', '.join(DTYPES)}")
+    _remove_stale_temporaries(path)
     tmp = _temporary_name(path) + ".keras"
     try:
         package_run(run, dtype=dtype).save(tmp)
@@ -358,6 +362,7 @@ def export_saved_model(run, path, mem_len=None, overwrite=False):
     mem_len = run.default_mem_len if mem_len is None else int(mem_len)
     if mem_len < 0:
         raise ExportError(f"mem_len={mem_len} must be >= 0")
+    _remove_stale_temporaries(path)
     tmp = _temporary_name(path)
     try:
         with tempfile.TemporaryDirectory() as assets:
@@ -377,6 +382,14 @@ def export_saved_model(run, path, mem_len=None, overwrite=False):
 def _temporary_name(path):
     """A fresh hidden name next to `path` (same file system, so renaming is atomic)."""
     return run_dir.temporary_name(path)
+
+
+def _remove_stale_temporaries(path):
+    """What an export killed mid-write (SIGKILL, power loss) left beside `path`."""
+    removed = run_dir.remove_stale_temporaries(path)
+    if removed:
+        logging.info("removed the unfinished export of an earlier process: %s",
+                     ", ".join(sorted(removed)))
 
 
 def _write_tokenizer(run, target):

@@ -71,7 +71,7 @@ class Callback:
 
 
 
-def train(config, callbacks=None, *, strategy=None, overwrite=False):
+def train(config, callbacks=None, *, strategy=None, overwrite=False, stop_requests=None):
     """Trains, or resumes, the run described by `config`.
 
     Everything that can be checked is checked before anything is written.
@@ -91,6 +91,10 @@ def train(config, callbacks=None, *, strategy=None, overwrite=False):
         strategy: an existing tf.distribute strategy (default: made from
             config.strategy; must be created before any TF op).
         overwrite: discard a previous run in model_dir instead of resuming.
+        stop_requests: an active `interrupt.StopRequests` to stop on (default:
+            one of this call's own, around this run and the runs it names
+            next, so that a signal between two of them stops the next one at
+            its step 0).
 
     Returns:
         The content of metrics.json (dict).
@@ -109,54 +113,65 @@ def train(config, callbacks=None, *, strategy=None, overwrite=False):
     if strategy is None:
         strategy_lib.configure_threads(config.intra_op_threads, config.inter_op_threads)
         strategy = strategy_lib.make_strategy(config.strategy, config.num_cpu_replicas, config.tpu)
-    results, plugins = _train_one(config, callbacks, strategy, overwrite)
+    # One StopRequests for the whole command: a signal between two runs (after the
+    # search's last checkpoint, before the retrain's first step) stops the next run
+    # at its step 0, with a checkpoint, as a signal during a run does.
+    if stop_requests is None:
+        with interrupt.StopRequests() as stop:
+            return _train_runs(config, callbacks, strategy, overwrite, stop)
+    return _train_runs(config, callbacks, strategy, overwrite, stop_requests)
+
+
+def _train_runs(config, callbacks, strategy, overwrite, stop):
+    """The run of `config`, then the runs its plug-ins name next: metrics.json of the first."""
+    results, plugins = _train_one(config, callbacks, strategy, overwrite, stop)
     for plugin in plugins:
         follow = plugin.follow_up(config, results)
         if follow is None:
             continue
         logging.info("training %s next in the same command (%s)", follow.model_dir,
                      type(plugin).__name__)
-        followed = train(follow, callbacks, strategy=strategy, overwrite=overwrite)
+        followed = train(follow, callbacks, strategy=strategy, overwrite=overwrite,
+                         stop_requests=stop)
         results = plugin.after_follow_up(results, followed)
     return results
 
 
-def _train_one(config, callbacks, strategy, overwrite):
+def _train_one(config, callbacks, strategy, overwrite, stop):
     """`train` of one run: (metrics.json content, the run's plug-ins)."""
     if config.deterministic:
         tf.config.experimental.enable_op_determinism()
-    with interrupt.StopRequests() as stop:
+    try:
+        meta, tokenizer = data_utils.load_built(config.data_dir)
+        data_utils.verify_built(config.data_dir, meta)  # every shard, before step 1
+    except data_utils.DataError as error:
+        raise ConfigError(f"--data_dir={config.data_dir}: {error}") from None
+    check_data(config, meta)
+    check_replicas(config, meta, strategy.num_replicas_in_sync)
+    callbacks = [*callbacks, collapse.CollapseGuard.for_run(
+        config, data_utils.unigram_counts(config.data_dir, meta))]
+    chief = strategy_lib.is_chief(strategy)
+    # One training process per run directory (only the chief writes there).
+    with run_lock.RunLock(config.model_dir) if chief else contextlib.nullcontext():
+        resume = check_resume(config, overwrite)
+        logdir = config.logdir or default_logdir(config.model_dir)
+        if chief:
+            if overwrite:
+                checkpoint_lib.clear_run(config.model_dir, logdir)
+            os.makedirs(config.model_dir, exist_ok=True)
+            _remove_temporaries(config.model_dir)
+            config.save()
+            _copy_tokenizer(config.data_dir, meta, config.model_dir)
+        resume_from = _resume_point(config, meta, chief) if resume else None
+        policy = keras.mixed_precision.global_policy()
+        # A resumed run keeps the horizon it started with (lr, tau, warm-ups).
+        horizon = checkpoint_lib.saved_horizon(resume_from) if resume_from else None
         try:
-            meta, tokenizer = data_utils.load_built(config.data_dir)
-            data_utils.verify_built(config.data_dir, meta)  # every shard, before step 1
-        except data_utils.DataError as error:
-            raise ConfigError(f"--data_dir={config.data_dir}: {error}") from None
-        check_data(config, meta)
-        check_replicas(config, meta, strategy.num_replicas_in_sync)
-        callbacks = [*callbacks, collapse.CollapseGuard.for_run(
-            config, data_utils.unigram_counts(config.data_dir, meta))]
-        chief = strategy_lib.is_chief(strategy)
-        # One training process per run directory (only the chief writes there).
-        with run_lock.RunLock(config.model_dir) if chief else contextlib.nullcontext():
-            resume = check_resume(config, overwrite)
-            logdir = config.logdir or default_logdir(config.model_dir)
-            if chief:
-                if overwrite:
-                    checkpoint_lib.clear_run(config.model_dir, logdir)
-                os.makedirs(config.model_dir, exist_ok=True)
-                _remove_temporaries(config.model_dir)
-                config.save()
-                _copy_tokenizer(config.data_dir, meta, config.model_dir)
-            resume_from = _resume_point(config, meta, chief) if resume else None
-            policy = keras.mixed_precision.global_policy()
-            # A resumed run keeps the horizon it started with (lr, tau, warm-ups).
-            horizon = checkpoint_lib.saved_horizon(resume_from) if resume_from else None
-            try:
-                trainer = Trainer(config, meta, strategy, tokenizer, horizon=horizon)
-                return (RunLoop(trainer, logdir, chief, callbacks, resume_from, stop).run(),
-                        trainer.plugins)
-            finally:
-                keras.mixed_precision.set_global_policy(policy)
+            trainer = Trainer(config, meta, strategy, tokenizer, horizon=horizon)
+            return (RunLoop(trainer, logdir, chief, callbacks, resume_from, stop).run(),
+                    trainer.plugins)
+        finally:
+            keras.mixed_precision.set_global_policy(policy)
 
 
 def _remove_temporaries(model_dir):

@@ -71,6 +71,21 @@ def test_the_temporaries_of_dead_writers_are_removed(tmp_path):
                                             "ckpt-15.index", "notes.tmp"]
 
 
+def test_an_output_s_stale_temporaries_are_removed_and_no_other_file(tmp_path):
+    """What an export killed mid-write left beside its output (serving/export.py)."""
+    dead, alive = 999999, os.getppid()  # no such process; the test's parent
+    for name in (f".lm.keras.tmp-{dead}-0a1b2c3d.keras", f".lm.keras.tmp-{alive}-0a1b2c3d.keras",
+                 f".other.keras.tmp-{dead}-0a1b2c3d.keras", "lm.keras.tmp", "lm.keras"):
+        (tmp_path / name).write_bytes(b"PK")
+    (tmp_path / f".lm.keras.tmp-{dead}-1b2c3d4e").mkdir()  # a SavedModel's temporary
+    removed = run_dir.remove_stale_temporaries(tmp_path / "lm.keras")
+    assert sorted(removed) == [f".lm.keras.tmp-{dead}-0a1b2c3d.keras",
+                               f".lm.keras.tmp-{dead}-1b2c3d4e"]
+    assert sorted(os.listdir(tmp_path)) == [f".lm.keras.tmp-{alive}-0a1b2c3d.keras",
+                                            f".other.keras.tmp-{dead}-0a1b2c3d.keras",
+                                            "lm.keras", "lm.keras.tmp"]
+
+
 def test_write_error_reason_names_the_errno():
     error = OSError(errno.EIO, os.strerror(errno.EIO))
     assert run_dir.reason(error) == "Input/output error (EIO)"

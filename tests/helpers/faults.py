@@ -26,6 +26,8 @@ runstore.run_dir and serving.export, made by this module only):
     {"at": "write", "name": "metrics.json", "fill": DIR}  full when that file is written
     {"at": "call", "target": "pkg.mod.Class.method", "signal": ...}
                                                        the signal arrives when it is called
+                                                       ("call": N, at its Nth call only;
+                                                       "kill": true, SIGKILL instead)
     {"at": "nonfinite", "step": N, "target": T}        NaN at step N: T = "loss" (the loss
                                                        is NaN) or a variable group
                                                        ("weights", "arch": only that
@@ -393,8 +395,12 @@ def _at_call(fault, mock):
         break
     original = getattr(owner, attribute)
 
+    calls = [0]
+
     def call(*args, **kwargs):
-        _kill_self(_signal(fault["signal"]))
+        calls[0] += 1
+        if calls[0] == fault.get("call", 1):
+            _kill_self(signal.SIGKILL if fault.get("kill") else _signal(fault["signal"]))
         return original(*args, **kwargs)
 
     with mock.patch.object(owner, attribute, call):
