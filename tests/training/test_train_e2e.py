@@ -240,11 +240,11 @@ def test_mixed_precision_steps(make_config, tiny_data, precision):
 def test_progress_lines_first_step_eta_and_evaluation(make_config, caplog, monkeypatch):
     import re
 
+    from evaluation import stream
     import train as train_cli
-    from training import trainer as trainer_module
     from training.loop import format_duration, train
 
-    monkeypatch.setattr(trainer_module, "EVAL_PROGRESS_SECONDS", 0.0)
+    monkeypatch.setattr(stream, "PROGRESS_SECONDS", 0.0)
     caplog.set_level("INFO")
     # absl's own logger too: an earlier in-process CLI (optimal_cuts.main) may
     # have set absl's verbosity to WARNING for the rest of the session.
@@ -257,7 +257,9 @@ def test_progress_lines_first_step_eta_and_evaluation(make_config, caplog, monke
     assert any(re.fullmatch(r"first step done in \d+\.\d s", m) for m in messages)
     step5 = next(m for m in messages if m.startswith("step 5/10 "))
     assert re.search(r" tokens/s eta (\d+m)?\d+s$", step5), step5
-    assert any(re.fullmatch(r"evaluating valid: 1/3 records, \d+ s, about \d+ s to go", m)
+    # The shared stream evaluator's lines (evaluation/stream.py); --eval_max_records=3: the
+    # first 3 records, no tail.
+    assert any(re.fullmatch(r"evaluating valid: 1/3 segments \(33%\), \d+\.\d s, ETA \d+ s", m)
                for m in messages)
     assert (format_duration(3725), format_duration(185), format_duration(42.4)) == (
         "1h02m", "3m05s", "42s")
