@@ -223,7 +223,10 @@ class StreamEvaluator:
 
     def _replicated_impl(self, inputs, targets, state):
         """The step on every replica's rows; NLL and count summed over the replicas."""
-        nll, count, new_state = self.strategy.run(self._step, args=(inputs, targets, state))
+        # A plain function around the step: handed a tf.function with an input
+        # signature, strategy.run would bind the PerReplica values to it whole.
+        nll, count, new_state = self.strategy.run(lambda *args: self._step(*args),
+                                                  args=(inputs, targets, state))
         total = self.strategy.reduce(tf.distribute.ReduceOp.SUM, nll, axis=None)
         count = self.strategy.reduce(tf.distribute.ReduceOp.SUM, count, axis=None)
         return total, count, new_state

@@ -46,31 +46,45 @@ def _load_model(config, checkpoint):
 
 
 def _direct_metrics(model, config, split):
-    """Split metrics from the model's full log-probabilities, summed in float64."""
+    """Split metrics from the model's full log-probabilities, summed in float64.
+
+    The whole split, as the trainer scores it: the build's records, then the
+    tail after them (`{split}-tail.txt`) continuing row B-1 at batch 1 in
+    windows of T, the last one shorter."""
     import tensorflow as tf
 
     import data_utils
 
     meta = data_utils.load_meta(config.data_dir)
+    info = meta["splits"][split]
 
-    @tf.function
+    @tf.function(reduce_retracing=True)
     def forward(inputs, mems):
         hidden, mems = model(inputs, mems, training=False, mem_len=config.eval_mem_len)
         return model.log_probs(hidden), mems  # [B, T, V]
 
-    mems = model.initial_mems(meta["splits"][split]["batch_size"], config.eval_mem_len)
+    def score(log_probs, targets):
+        picked = np.take_along_axis(np.asarray(log_probs, dtype=np.float64),
+                                    np.asarray(targets)[..., None], axis=-1)
+        return -picked.sum(), picked.size
+
+    mems = model.initial_mems(info["batch_size"], config.eval_mem_len)
     total, tokens = 0.0, 0
     for inputs, targets in data_utils.make_dataset(config.data_dir, split, meta=meta):
         log_probs, mems = forward(inputs, mems)
-        picked = np.take_along_axis(np.asarray(log_probs, dtype=np.float64),
-                                    np.asarray(targets)[..., None], axis=-1)
-        total -= picked.sum()
-        tokens += picked.size
-    info = meta["splits"][split]
-    fraction = tokens / info["ids"]
+        nll, count = score(log_probs, targets)
+        total, tokens = total + nll, tokens + count
+    stream, seq_len = data_utils.read_stream(config.data_dir, split, meta), meta["seq_len"]
+    mems = [m[-1:] for m in mems]  # row B-1 continues into the tail
+    for start in range(tokens, len(stream) - 1, seq_len):
+        stop = min(start + seq_len, len(stream) - 1)
+        log_probs, mems = forward(stream[None, start:stop], mems)
+        nll, count = score(log_probs, stream[None, start + 1:stop + 1])
+        total, tokens = total + nll, tokens + count
+    assert tokens == info["ids"] - 1
     return {"nll": total / tokens, "perplexity": math.exp(total / tokens),
-            "word_perplexity": math.exp(total / (info["words"] * fraction)),
-            "bits_per_byte": total / math.log(2) / (info["bytes"] * fraction), "tokens": tokens}
+            "word_perplexity": math.exp(total / info["words"]),
+            "bits_per_byte": total / math.log(2) / info["bytes"], "tokens": tokens}
 
 
 @pytest.mark.slow
