@@ -1,28 +1,13 @@
-"""Evaluation of a trained run of any model family, every transition exactly once.
+"""Evaluation of a trained run of any model family (evaluate.py's library).
 
-Works through the language-model interface (model/interface.py) only: the
-state in, the state out, `token_nll`. A split's whole id stream (its records
-read back row by row and the tail the records leave out, see
-`data_utils.read_stream`) or a text file tokenized with the run's tokenizer
-is re-batched with the evaluation's own batch size B and segment length T:
-
-    R = (L - 1) // (B*T) full segments per row; row b holds the stream ids
-        [b*R*T, (b+1)*R*T] (consecutive rows share their boundary id, as the
-        build's records do), all rows run together, R segments of [B, T];
-    the tail, the L - 1 - B*R*T transitions after the last row (< B*T),
-        continues row B-1: its state (the last row of the batch state) is
-        carried into segments of [1, T] over ids [B*R*T, L), the last one
-        shorter.
-
-So each of the L - 1 transitions is scored once, every one with the context
-of the row it continues, and the state (Transformer-XL memories, SHA-RNN's
-LSTM states and attention memory) is carried across all segments, starting
-from the model's zero state `initial_state(B, mem_len)` as training's
-evaluation does. With the data's eval batch, its seq_len and the run's
-eval_mem_len, the batched part is exactly the build's records, so its NLL
-is the number `Trainer.evaluate` writes to metrics.json; the tail adds the
-rest. The NLL is summed per segment on the device (float32) and over the
-split on the host in float64 (`runstore.metrics.NllAccumulator`).
+A split of the run's data (its whole id stream, `serving.sources.split_ids`)
+or a text file tokenized with the run's tokenizer is scored by the one stream
+evaluator that training also uses (`evaluation.stream.StreamEvaluator`: every
+transition once, the batched records and then the tail continuing row B-1,
+see evaluation/stream.py), with the evaluation's own batch size B, segment
+length T and memory length M. With the data's eval batch, its seq_len and the
+run's eval_mem_len, the result is the figure `Trainer.evaluate` wrote to
+metrics.json for the same checkpoint (both include the tail).
 
 Perplexity `exp(total NLL / tokens)`, word perplexity `exp(total NLL /
 words)` and bits per byte `total NLL / ln 2 / bytes` come from
@@ -31,167 +16,21 @@ the line ends for a `--nosp_eos` build) and UTF-8 bytes (without the newlines fo
 such a build) are meta.json's for a split and are counted by the build's own
 code (`pardata.build.encode_split`) for a text file; they are exact because
 the whole text is scored.
-
-Size glossary: L ids of the stream, B rows, T segment length, R segments per
-row, M memory length (mem_len), D model width.
 """
 
-import dataclasses
-import math
 import os
 import time
 
-from absl import logging
-import numpy as np
-import tensorflow as tf
-
 import data_utils
-from model.interface import check_model
-from pardata.text import Progress
+from evaluation.stream import StreamEvaluator, check_settings
 from runstore import run_dir
-from runstore.metrics import NllAccumulator, lm_metrics
+from runstore.metrics import lm_metrics
 from serving.errors import EvaluationError
 from serving.sources import split_ids, text_file_ids
 
 # Model config fields that evaluation may change on a trained run (the
 # weights stay valid); a family whose config lacks one refuses it.
 MODEL_SETTINGS = ("clamp_len", "same_length")
-
-
-def check_settings(seq_len, mem_len, batch_size):
-    """Raises EvaluationError naming the flag of the first bad setting."""
-    integer = (int, np.integer)
-    for name, value, low in (("seq_len", seq_len, 1), ("mem_len", mem_len, 0),
-                             ("batch_size", batch_size, 1)):
-        if isinstance(value, bool) or not isinstance(value, integer) or value < low:
-            raise EvaluationError(f"--{name}={value} must be an integer >= {low}")
-
-
-@dataclasses.dataclass(frozen=True)
-class StreamResult:
-    """Summed NLL and tokens of one evaluated stream, by part.
-
-    Attributes:
-        batched: NllAccumulator of the R segments of [B, T].
-        tail: NllAccumulator of the tail segments at batch 1.
-        batched_segments: R.
-        tail_segments: number of tail segments.
-        batch_size: B.
-    """
-
-    batched: NllAccumulator
-    tail: NllAccumulator
-    batched_segments: int
-    tail_segments: int
-    batch_size: int
-
-    @property
-    def total_nll(self):
-        return self.batched.total + self.tail.total
-
-    @property
-    def tokens(self):
-        return int(round(self.batched.count + self.tail.count))
-
-    def parts(self):
-        """JSON-ready summary of both parts."""
-        out = {}
-        for name, acc, segments, batch in (
-                ("batched", self.batched, self.batched_segments, self.batch_size),
-                ("tail", self.tail, self.tail_segments, 1)):
-            out[name] = {"total_nll": acc.total, "tokens": int(round(acc.count)),
-                         "nll": acc.total / acc.count if acc.count else None,
-                         "segments": segments, "batch_size": batch}
-        return out
-
-
-class StreamEvaluator:
-    """Compiled per-segment NLL over a model's state, for one model and `mem_len`.
-
-    The step takes ids `[B, None]` and the state with the relaxed shapes of
-    `model.state_signature()`, so it is traced once whatever the batch (B
-    rows, then 1 for the tail) and the segment length (the last one shorter).
-
-    Args:
-        model: a built language model (model/interface.py), evaluated with
-            training=False (no dropout, a supernet's deterministic blocks).
-        mem_len: int >= 0, memory positions kept between segments.
-    """
-
-    def __init__(self, model, mem_len):
-        self.model = check_model(model)
-        self.mem_len = int(mem_len)
-        if self.mem_len < 0:
-            raise EvaluationError(f"--mem_len={self.mem_len} must be an integer >= 0")
-        ids = tf.TensorSpec([None, None], tf.int32)  # [B, T]
-        self._step = tf.function(self._step_impl,
-                                 input_signature=[ids, ids, model.state_signature()])
-
-    def _step_impl(self, inputs, targets, state):
-        hidden, new_state = self.model(inputs, state, training=False, mem_len=self.mem_len)
-        nll = self.model.token_nll(hidden, targets)  # [B, T]
-        count = tf.reduce_sum(tf.cast(targets >= 0, tf.float32))
-        return tf.reduce_sum(nll), count, new_state
-
-    def tracing_count(self):
-        """Number of traces of the compiled step."""
-        return self._step.experimental_get_tracing_count()
-
-    def evaluate(self, ids, batch_size, seq_len, label="evaluating", progress_interval=10.0):
-        """Scores every transition of `ids` once (see the module docstring).
-
-        Args:
-            ids: int sequence [L], L >= 2, ids in [0, V).
-            batch_size: B >= 1.
-            seq_len: T >= 1.
-            label: prefix of the progress lines.
-            progress_interval: seconds between progress lines (with an ETA).
-
-        Returns:
-            A `StreamResult`.
-
-        Raises:
-            EvaluationError: a bad setting or fewer than 2 ids.
-        """
-        check_settings(seq_len, self.mem_len, batch_size)
-        ids = np.asarray(ids).reshape(-1)
-        if ids.size < 2:
-            raise EvaluationError(f"{ids.size} id(s): at least 2 are needed to score a "
-                                  "transition")
-        if ids.min() < 0 or ids.max() >= self.model.vocab_size:
-            raise EvaluationError(f"ids must be in [0, {self.model.vocab_size}) (the model's "
-                                  f"vocabulary), got {ids.min()}..{ids.max()}")
-        ids = ids.astype(np.int32)
-        length = ids.size
-        rows, records, _ = data_utils.batchify(ids, batch_size, seq_len)  # [B, R*T + 1]
-        tail_start = batch_size * records * seq_len  # the tail's first input id
-        tail_segments = math.ceil((length - 1 - tail_start) / seq_len)
-        if not records and batch_size > 1:
-            logging.warning("%s: %d ids do not fill one batch of %d x %d: all evaluated at "
-                            "batch 1", label, length, batch_size, seq_len)
-        logging.info("%s: %d ids; %d segment(s) of %d x %d, then %d tail segment(s) of 1 x "
-                     "<= %d; mem_len %d", label, length, records, batch_size, seq_len,
-                     tail_segments, seq_len, self.mem_len)
-        progress = Progress(label, records + tail_segments, unit="segments",
-                            interval=progress_interval)
-        batched, tail = NllAccumulator(), NllAccumulator()
-        state = self.model.initial_state(batch_size, self.mem_len)
-        for t in range(records):
-            window = np.ascontiguousarray(rows[:, t * seq_len:(t + 1) * seq_len + 1])
-            nll, count, state = self._step(window[:, :-1], window[:, 1:], state)
-            batched.add(nll.numpy(), count.numpy())
-            progress.update(t + 1)
-        if records:
-            state = [s[-1:] for s in state]  # row B-1 continues into the tail
-        else:
-            state = self.model.initial_state(1, self.mem_len)
-        for k, start in enumerate(range(tail_start, length - 1, seq_len)):
-            window = ids[None, start:min(start + seq_len, length - 1) + 1]  # [1, <= T + 1]
-            nll, count, state = self._step(window[:, :-1], window[:, 1:], state)
-            tail.add(nll.numpy(), count.numpy())
-            progress.update(records + k + 1)
-        progress.finish(f"{length - 1} tokens")
-        return StreamResult(batched, tail, records, tail_segments, batch_size)
 
 
 # --------------------------------------------------------------------- runs

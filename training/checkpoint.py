@@ -22,7 +22,7 @@ A checkpoint (`model_dir/ckpt-<step>.*`, TF's own format, no pickle) holds:
   current logging interval, and the model's state (`memories`: the per-row state
   tensors of the language-model interface, e.g. Transformer-XL memories or
   LSTM states). They are stored as *global* `[B, ...]` tensors (rows of all
-  replicas, in replica order, see `training.strategy.gather_rows`) and split again on restore, so
+  replicas, in replica order, see `pardata.replicas.gather_rows`) and split again on restore, so
   the replica
   count may change between save and restore.
 

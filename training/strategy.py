@@ -1,17 +1,18 @@
-"""tf.distribute strategies and the row-exact feeding of context-batched data.
+"""tf.distribute strategies: making one from --strategy, thread pools, chief and workers.
 
 Context batching (docs/data.md) makes row b of batch t+1 continue row b
 of batch t, so a replica's memory is only valid if the replica always sees the
 same rows. The host therefore reads the *global* batch `[B, T]` and gives
 replica r (its id in the sync group, global across workers) rows
-`[r*B/R, (r+1)*B/R)` with `experimental_distribute_values_from_function`.
-Multi-worker runs read the same global batch on every worker; each worker's
-replicas take the rows of their global replica ids.
+`[r*B/R, (r+1)*B/R)` (`pardata.replicas.distribute_rows`, shared with the
+stream evaluator). Multi-worker runs read the same global batch on every
+worker; each worker's replicas take the rows of their global replica ids.
 
 Memories stay per replica (PerReplica values threaded through `strategy.run`)
 between steps. For checkpoints they are gathered into global `[B, M, D]`
-tensors (`gather_rows`) and split again on restore (`distribute_rows`), so a
-checkpoint does not depend on the number of replicas that wrote it.
+tensors (`pardata.replicas.gather_rows`) and split again on restore
+(`distribute_rows`), so a checkpoint does not depend on the number of replicas
+that wrote it.
 """
 
 import os
@@ -19,7 +20,6 @@ import os
 from absl import logging
 import tensorflow as tf
 
-import data_utils
 from training.config import STRATEGIES, ConfigError
 
 
@@ -138,51 +138,6 @@ def worker_id(strategy):
     if resolver is None or not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return 0
     return int(resolver.task_id or 0)
-
-
-def distribute_rows(strategy, values):
-    """Gives each replica its fixed rows of global tensors.
-
-    Args:
-        strategy: the strategy.
-        values: a nested structure of tensors, each [B, ...] with the same B.
-
-    Returns:
-        The same structure of PerReplica values; replica r holds rows
-        [r*B/R, (r+1)*B/R). With one replica the input is returned as is.
-    """
-    replicas = strategy.num_replicas_in_sync
-    if replicas == 1:
-        return values
-    flat = tf.nest.flatten(values)
-    batch = int(flat[0].shape[0])
-
-    def value_fn(context):
-        lo, hi = data_utils.replica_rows(batch, context.num_replicas_in_sync,
-                                         context.replica_id_in_sync_group)
-        return tf.nest.map_structure(lambda v: v[lo:hi], values)
-
-    return strategy.experimental_distribute_values_from_function(value_fn)
-
-
-def gather_rows(strategy, values):
-    """Inverse of `distribute_rows`: global tensors from per-replica rows.
-
-    Collective under multi-worker: every worker must call it.
-
-    Args:
-        strategy: the strategy.
-        values: a nested structure of PerReplica values (or tensors with one
-            replica).
-
-    Returns:
-        The same structure of tensors [B, ...], rows in replica order.
-    """
-    if strategy.num_replicas_in_sync == 1:
-        return tf.nest.map_structure(
-            lambda v: strategy.experimental_local_results(v)[0]
-            if isinstance(v, tf.distribute.DistributedValues) else v, values)
-    return tf.nest.map_structure(lambda v: strategy.gather(v, axis=0), values)
 
 
 def first_local(strategy, value):

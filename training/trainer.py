@@ -1,7 +1,8 @@
 """`Trainer`: model, optimizers and the compiled training step of one run.
 
-It also evaluates a split, samples text, saves and restores checkpoints and
-keeps the training memories. The host loop that drives it (data, logging,
+It also evaluates a split (the one stream evaluator, evaluation/stream.py),
+samples text (training/samples.py), saves and restores checkpoints and keeps
+the training memories. The host loop that drives it (data, logging,
 evaluation schedule, metrics.json) is `training.loop.train` (training/run_loop.py); the
 optimizer groups are made by training/optimizer_groups.py.
 
@@ -42,37 +43,32 @@ The step (`Trainer.train_step`), with R replicas and the global batch [B, T]:
 5. The replicas' new states are kept for the next step.
 
 The learning rate and the plug-ins' schedules are functions of the index of
-the step being taken (0 for the first step), read from `TrainState.step`.
+the step being taken (0 for the first step), read from `TrainState.step`; the
+learning-rate warm-up counts steps from 1, as the references do
+(training/schedules.py): the first step trains at lr / warmup, not at 0.
 They are planned for the run's horizon: its total steps at the first start,
 saved in the checkpoints (`TrainState.horizon`), so a run resumed with
 another --max_steps/--epochs keeps its learning rate and temperature curves
 and only stops earlier or later. The learning-rate warm-up is
 `min(--warmup_steps, --warmup_fraction of the horizon)`
 (`training.config.capped_warmup`); the log line says when the cap shortens it.
-
-The schedules take the index of the step being taken (0 for the first
-step); the learning-rate warm-up counts steps from 1, as the references do
-(training/schedules.py): the first step trains at lr / warmup, not at 0.
 """
 
 import math
-import time
 
 from absl import logging
 import keras
 import tensorflow as tf
 
-import data_utils
+from evaluation import stream
 from model.families import build_model
 from model.interface import WEIGHTS_GROUP, check_model
+from pardata.replicas import distribute_rows, gather_rows
 from runstore import checkpoints, metrics
-from samplers.sampler import sample_tokens
 from training import checkpoint as checkpoint_lib
-from training import optimizer_groups, plugins, schedules
+from training import micro_batches, optimizer_groups, plugins, samples, schedules
 from training import strategy as strategy_lib
 from training.config import capped_warmup, check_batch_split, total_steps
-
-EVAL_PROGRESS_SECONDS = 10.0  # a progress line at most this often during evaluation
 
 
 class Trainer:
@@ -170,10 +166,11 @@ class Trainer:
             tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy,
             tf.distribute.TPUStrategy))  # (a TPU compiles its replica step anyway)
         self._step_fn = tf.function(self._step, jit_compile=whole_step_xla or None)
-        self._eval_fn = tf.function(self._eval)
-        self._generate_fn = tf.function(self._generate_one, input_signature=[
-            tf.TensorSpec([1, None], tf.int32), self.model.state_signature(),
-            tf.TensorSpec([2], tf.int64)])
+        # Evaluation compiled like the training forward pass under --xla (model/xla.py).
+        self._evaluator = stream.StreamEvaluator(self.model, config.eval_mem_len, strategy,
+                                                 jit_compile=config.xla)
+        self._sampler = samples.TextSampler(self.model, config, self.meta, self.tokenizer,
+                                            strategy)
         self.traces += 1
 
     def _current_trace_key(self):
@@ -204,7 +201,7 @@ class Trainer:
 
     def initial_state(self, batch_size, mem_len=None):
         """The model's zero state for a global batch, split over the replicas."""
-        return strategy_lib.distribute_rows(
+        return distribute_rows(
             self.strategy, self.model.initial_state(batch_size, mem_len))
 
     def reset_state(self):
@@ -213,7 +210,7 @@ class Trainer:
 
     def global_state(self):
         """The training state as global [B, ...] tensors (collective)."""
-        return strategy_lib.gather_rows(self.strategy, list(self.model_state))
+        return gather_rows(self.strategy, list(self.model_state))
 
     def find_resume_point(self):
         """The newest checkpoint of model_dir that reads back whole (`checkpoint.find_good`;
@@ -245,7 +242,7 @@ class Trainer:
                     f"the checkpoint's schedules are planned for {saved} steps, this trainer's "
                     f"for {self.horizon}: create the Trainer with horizon="
                     "training.checkpoint.saved_horizon(path)")
-            self.model_state = strategy_lib.distribute_rows(
+            self.model_state = distribute_rows(
                 self.strategy, [tf.convert_to_tensor(m) for m in self.state.memories])
         return step
 
@@ -279,46 +276,12 @@ class Trainer:
         return loss, nll_sum, grads, new_state
 
     def _replica_gradients(self, inputs, targets, model_state):
-        """`_forward_backward` over this replica's rows in `batch_split` micro-batches.
-
-        A `tf.while_loop` with `parallel_iterations=1` runs micro-batch k+1
-        after micro-batch k has finished (its activations are freed), and its
-        body is traced once whatever K is. Micro-batch k is rows
-        [k*m, (k+1)*m), m = rows / K, of the inputs, targets and state.
-
-        Returns:
-            (loss, nll_sum, gradients, new_state) summed over the micro-batches.
-        """
-        k = self.batch_split
-        if k == 1:
+        """(loss, nll_sum, gradients, new_state) of this replica's rows, in `batch_split`
+        micro-batches (training/micro_batches.py) summed."""
+        if self.batch_split == 1:
             return self._forward_backward(inputs, targets, model_state)
-        rows = int(inputs.shape[0]) // k
-
-        def split(x):  # [k*m, ...] -> [k, m, ...]
-            return tf.reshape(x, [k, rows] + x.shape[1:].as_list())
-
-        inputs, targets = split(inputs), split(targets)
-        model_state = [split(s) for s in model_state]
-        variables = self._variables
-
-        def body(i, loss, nll_sum, grads, new_state):
-            micro_loss, micro_nll, micro_grads, micro_state = self._forward_backward(
-                inputs[i], targets[i], [s[i] for s in model_state])
-            return (i + 1, loss + micro_loss, nll_sum + micro_nll,
-                    # Some gradients (trimmed adaptive spans) lose their
-                    # static shape; the loop needs it.
-                    [tf.ensure_shape(a + g, a.shape) for a, g in zip(grads, micro_grads)],
-                    [t.write(i, s) for t, s in zip(new_state, micro_state)])
-
-        start = (tf.constant(0), tf.constant(0.0), tf.constant(0.0),
-                 [tf.zeros(v.shape, v.dtype) for v in variables],
-                 [tf.TensorArray(s.dtype, size=k, element_shape=s.shape[1:])
-                  for s in model_state])
-        _, loss, nll_sum, grads, new_state = tf.while_loop(
-            lambda i, *_: i < k, body, start, parallel_iterations=1, maximum_iterations=k)
-        new_state = [tf.reshape(t.stack(), [k * rows] + s.shape[2:].as_list())
-                     for t, s in zip(new_state, model_state)]
-        return loss, nll_sum, grads, new_state
+        return micro_batches.accumulate(self._forward_backward, self.batch_split,
+                                        self._variables, inputs, targets, model_state)
 
     def _replica_step(self, inputs, targets, model_state):
         loss, nll_sum, grads, new_state = self._replica_gradients(inputs, targets, model_state)
@@ -405,7 +368,7 @@ class Trainer:
             when `finite`. A non-finite step applied no update.
         """
         self._check_compiled()
-        inputs, targets = strategy_lib.distribute_rows(self.strategy, (inputs, targets))
+        inputs, targets = distribute_rows(self.strategy, (inputs, targets))
         out, self.model_state = self._step_fn(inputs, targets, self.model_state)
         out = {k: v.numpy() for k, v in out.items()}
         result = {k: float(v) for k, v in out.items() if not k.endswith("finite")}
@@ -427,113 +390,50 @@ class Trainer:
         return all(bool(tf.reduce_all(tf.math.is_finite(s))) for s in self.global_state()
                    if s.dtype.is_floating)
 
-    # -------------------------------------------------------------- evaluation
-
-    def _eval(self, inputs, targets, model_state):
-        mem_len = self.config.eval_mem_len
-
-        # Compiled like the training forward pass under --xla (model/xla.py).
-        @tf.function(jit_compile=self.config.xla or None)
-        def replica(inputs, targets, model_state):
-            hidden, new_state = self.model(inputs, model_state, training=False, mem_len=mem_len)
-            nll = self.model.token_nll(hidden, targets)
-            count = tf.reduce_sum(tf.cast(targets >= 0, tf.float32))
-            return tf.reduce_sum(nll), count, new_state
-
-        nll_sum, count, new_state = self.strategy.run(
-            replica, args=(inputs, targets, model_state))
-        total = self.strategy.reduce(tf.distribute.ReduceOp.SUM, nll_sum, axis=None)
-        count = self.strategy.reduce(tf.distribute.ReduceOp.SUM, count, axis=None)
-        return total, count, new_state
+    # ------------------------------------------------- evaluation and samples
 
     def evaluate(self, split, max_records=0, should_stop=None):
-        """Deterministic evaluation of a split with memory carried across it.
+        """Deterministic evaluation of a split through the one stream evaluator.
 
-        The model state starts as zeros (memories of length eval_mem_len)
-        at the split's start. The NLL is summed per batch on the device and accumulated in
-        float64 on the host. meta.json's words and bytes count the whole
-        split, but the records cover only `records * B * T` of its ids (the
-        tail that does not fill a record is dropped, and max_records may cap
-        it further), so they are scaled by (tokens evaluated) / (split ids).
+        `evaluation.stream.StreamEvaluator` with this run's strategy (each
+        replica its fixed rows), --xla and eval_mem_len, from the zero state
+        (`evaluation.stream.split_plan`): the whole split includes the tail
+        after the records (evaluate.py's figure for the same checkpoint); a
+        subset (the first `max_records` records) has no tail and scales the
+        split's words and bytes by the fraction of its transitions scored.
 
         Args:
             split: "valid", "test" or "train".
             max_records: evaluate at most this many records (0 = all).
-            should_stop: optional () -> bool, asked after every record; True
+            should_stop: optional () -> bool, asked after every segment; True
                 abandons the evaluation (an interrupted run).
 
         Returns:
-            metrics.lm_metrics dict plus tokens and records; None when
-            abandoned.
+            metrics.lm_metrics dict plus tokens and records (the batched
+            segments); None when abandoned.
         """
         self._check_compiled()
+        plan, whole = stream.split_plan(self.config.data_dir, split, self.meta, max_records)
+        result = self._evaluator.run(plan, f"evaluating {split}", should_stop=should_stop)
+        if result is None:
+            return None
         info = self.meta["splits"][split]
-        dataset = data_utils.make_dataset(self.config.data_dir, split, meta=self.meta)
-        if max_records:
-            dataset = dataset.take(max_records)
-        model_state = self.initial_state(info["batch_size"], self.config.eval_mem_len)
-        acc = metrics.NllAccumulator()
-        records = 0
-        total = min(info["records"], max_records) if max_records else info["records"]
-        start = last_report = time.perf_counter()
-        for inputs, targets in dataset:
-            batch = strategy_lib.distribute_rows(self.strategy, (inputs, targets))
-            nll_sum, count, model_state = self._eval_fn(batch[0], batch[1], model_state)
-            acc.add(nll_sum.numpy(), count.numpy())
-            records += 1
-            if should_stop is not None and records < total and should_stop():
-                logging.info("evaluation of %s abandoned after %d/%d records", split, records,
-                             total)
-                return None
-            now = time.perf_counter()
-            if now - last_report >= EVAL_PROGRESS_SECONDS and records < total:
-                last_report = now
-                logging.info("evaluating %s: %d/%d records, %.0f s, about %.0f s to go", split,
-                             records, total, now - start, (now - start) * (total - records)
-                             / records)
-        fraction = acc.count / info["ids"]
-        result = acc.result(words=info["words"] * fraction, num_bytes=info["bytes"] * fraction)
-        result["records"] = records
-        return result
-
-    # -------------------------------------------------------------- generation
-
-    @property
-    def _sample_mem_len(self):
-        return max(self.config.eval_mem_len, 1)
-
-    def _generate_one(self, inputs, model_state, seed):
-        hidden, new_state = self.model(inputs, model_state, training=False,
-                                       mem_len=self._sample_mem_len)
-        log_probs = self.model.log_probs(hidden[:, -1:])[:, 0]  # [1, V]
-        token = sample_tokens(log_probs, seed[None],  # [1], serving's sampler, never <unk>
-                              exclude_ids=self.tokenizer.unknown_ids())[:, None]  # [1, 1]
-        return token, new_state
+        fraction = 1.0 if whole else result.tokens / (info["ids"] - 1)
+        out = metrics.lm_metrics(result.total_nll, result.tokens, words=info["words"] * fraction,
+                                 num_bytes=info["bytes"] * fraction)
+        out.update(tokens=result.tokens, records=result.batched_segments)
+        return out
 
     def sample_text(self, num_tokens, step):
-        """Text generated after the first segment of the valid split's first row.
-
-        Deterministic given (seed, step): sampling (`samplers.sampler.sample_tokens`,
-        as serving's, at temperature 1) uses stateless seeds and evaluation mode, so it
-        does not disturb the training RNG.
+        """Text generated after the first segment of the valid split's first row
+        (`training.samples.TextSampler.sample_text`: deterministic given (seed, step),
+        serving's sampler at temperature 1, never the unknown-word token).
 
         Returns:
             "prompt ... || sample" decoded by the tokenizer ("" without one).
         """
-        if self.tokenizer is None or num_tokens <= 0 or isinstance(
-                self.strategy, tf.distribute.TPUStrategy):  # runs outside strategy.run
-            return ""
         self._check_compiled()
-        dataset = data_utils.make_dataset(self.config.data_dir, "valid", meta=self.meta)
-        prompt = next(iter(dataset))[0][:1]  # [1, T]
-        model_state = self.model.initial_state(1, self._sample_mem_len)
-        token, generated = prompt, []
-        for i in range(num_tokens):
-            seed = tf.constant([self.config.model.seed, step * 1_000_003 + i], tf.int64)
-            token, model_state = self._generate_fn(token, model_state, seed)
-            generated.append(int(token[0, 0]))
-        prompt_text = self.tokenizer.decode(prompt[0].numpy().tolist())
-        return f"{prompt_text} || {self.tokenizer.decode(generated)}"
+        return self._sampler.sample_text(num_tokens, step)
 
 
 def _norm_key(group_name):

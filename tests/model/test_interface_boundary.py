@@ -1,6 +1,6 @@
-"""training/ and serving/ use a model only through model/interface.py.
+"""training/, serving/ and evaluation/ use a model only through model/interface.py.
 
-The generic modules (every module of training/ and serving/ outside the plug-in
+The generic modules (every module of training/, serving/ and evaluation/ outside the plug-in
 packages and the plug-in registries, from the import graph: tests/helpers/imports.py)
 may not name anything of one model family: no Transformer-XL class, memory,
 architecture-search or span names in their code (identifiers, attributes, keywords,
@@ -17,7 +17,7 @@ from tests.helpers import PROJECT_ROOT
 from tests.helpers.imports import PENDING, REGISTRIES, is_generic
 from tools import import_graph
 
-# Every generic module of training/ and serving/, from the import graph (not a list).
+# Every generic module of training/, serving/ and evaluation/, from the import graph (not a list).
 GRAPH_FILES = import_graph.module_files()
 GENERIC = sorted(str(path.relative_to(PROJECT_ROOT)) for module, path in GRAPH_FILES.items()
                  if is_generic(module))
@@ -71,7 +71,8 @@ def _imported(tree):
 def test_the_generic_files_come_from_the_graph():
     assert {"training/config.py", "training/schedules.py", "training/summaries.py",
             "training/loop.py", "training/trainer.py", "serving/generation.py",
-            "serving/decoder.py", "training/plugins/base.py"} <= set(GENERIC)
+            "serving/decoder.py", "training/plugins/base.py", "evaluation/stream.py",
+            "training/samples.py"} <= set(GENERIC)
     assert not any(path.startswith(("training/plugins/par_search", "model/")) for path in GENERIC)
     assert "training/plugins/__init__.py" not in GENERIC
     assert len(REGISTRIES) == 1

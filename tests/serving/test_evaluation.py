@@ -1,12 +1,14 @@
-"""serving.evaluation and evaluate.py: every transition once, against independent references.
+"""The stream evaluator (evaluation/stream.py), serving.evaluation and evaluate.py: every
+transition once, against independent references.
 
 The references never use the evaluator: a slow loop over the stream that
 calls the model eagerly at batch 1, row by row, carrying the state by hand
-and counting how often each transition is scored; the trainer's own numbers
-(metrics.json of runs trained for a few steps by training.loop.train); and,
-for same_length, a window of block inputs recomputed per position with plain
-attention. Both families run: Transformer-XL (preset tiny) and SHA-RNN
-(preset sha_rnn_tiny).
+and counting how often each transition is scored; and, for same_length, a
+window of block inputs recomputed per position with plain attention. The
+trainer scores through the same evaluator, so its metrics.json (runs trained
+for a few steps by training.loop.train) must give evaluate.py's figures
+exactly: one figure per split. Both families run: Transformer-XL (preset tiny)
+and SHA-RNN (preset sha_rnn_tiny).
 """
 
 import json
@@ -96,7 +98,7 @@ def _stream(data, split):
 @pytest.mark.parametrize("batch_size,seq_len,mem_len", [(3, 7, 5), (1, 16, 8)])
 def test_every_transition_once_against_a_slow_loop(runs, data, family, batch_size, seq_len,
                                                    mem_len):
-    from serving.evaluation import StreamEvaluator
+    from evaluation.stream import StreamEvaluator
     from serving.generation import load_run
 
     run = load_run(runs[family])
@@ -131,10 +133,14 @@ def test_training_settings_reproduce_metrics_json(runs, data, family):
         assert result["settings"]["batch_size"] == info["batch_size"] == 4
         assert (result["settings"]["seq_len"], result["settings"]["mem_len"]) == (16, EVAL_MEM_LEN)
         batched, tail = result["parts"]["batched"], result["parts"]["tail"]
-        # The batched part is exactly the build's records: the trainer's number.
-        assert batched["tokens"] == trainer["tokens"] == info["records"] * 4 * 16
+        # The batched part is exactly the build's records.
+        assert batched["tokens"] == info["records"] * 4 * 16
         assert batched["segments"] == trainer["records"] == info["records"]
-        np.testing.assert_allclose(batched["nll"], trainer["nll"], rtol=1e-6)
+        # The trainer scores the same stream with the same evaluator (evaluation/stream.py),
+        # tail included: metrics.json holds the whole split's figure.
+        assert trainer["tokens"] == result["tokens"] == info["ids"] - 1
+        for key in ("nll", "perplexity", "word_perplexity", "bits_per_byte"):
+            np.testing.assert_allclose(trainer[key], result[key], rtol=1e-12, err_msg=key)
         # The tail adds the ids the records drop, continuing the last row.
         assert tail["tokens"] == info["dropped_ids"] > 0
         nll, _ = reference_nll(run.model, _stream(data, split), 4, 16, EVAL_MEM_LEN,
@@ -157,7 +163,7 @@ def test_same_length_equals_a_window_per_position(data, tmp_path):
     recomputed here with plain attention, each window in one pass."""
     import tensorflow as tf
 
-    from serving.evaluation import StreamEvaluator
+    from evaluation.stream import StreamEvaluator
     from serving.generation import load_run
 
     make_run(tmp_path / "run", data, architecture="fafi")
@@ -210,7 +216,7 @@ def test_text_file_equals_the_split_and_counts_like_the_build(runs, data):
 
 @pytest.mark.slow
 def test_clamp_len_and_same_length_are_transformer_xl_settings(runs):
-    from serving.evaluation import StreamEvaluator
+    from evaluation.stream import StreamEvaluator
     from serving.generation import GenerationError, load_run
 
     stream = np.arange(60) % 200
@@ -232,7 +238,8 @@ def test_clamp_len_and_same_length_are_transformer_xl_settings(runs):
 @pytest.mark.slow
 def test_bad_input_is_refused(runs, data, tmp_path):
     import data_utils
-    from serving.evaluation import EvaluationError, StreamEvaluator, evaluate_run
+    from evaluation.stream import StreamEvaluator
+    from serving.evaluation import EvaluationError, evaluate_run
     from serving.generation import load_run
 
     run = load_run(runs["sha_rnn"])
@@ -313,6 +320,31 @@ def test_cli_writes_the_librarys_numbers(runs, data, tmp_path):
     assert lines[-1] == f"wrote {output}"
     assert "evaluating test: " in stderr and ", ETA " in stderr  # progress lines
     assert not [f for f in os.listdir(tmp_path) if f != "out.json"]  # no temporary left
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", FAMILIES)
+def test_metrics_json_and_evaluate_py_give_one_test_figure(runs, data, family, tmp_path):
+    """The trainer's test figure (metrics.json) is evaluate.py's for the same checkpoint:
+    the same stream, tail included, through the same evaluator, in another process."""
+    import data_utils
+
+    model_dir = runs[family]
+    metrics = json.loads((model_dir / "metrics.json").read_text())
+    output = tmp_path / "test.json"
+    process = _start(f"--model_dir={model_dir}", "--split=test", f"--output={output}")
+    _, stderr = process.communicate(timeout=600)
+    assert process.returncode == 0, stderr[-3000:]
+    written = json.loads(output.read_text())
+    assert written["checkpoint"].endswith(f"best/ckpt-{metrics['best']['step']}")
+    trainer = metrics["best"]["test"]
+    info = data_utils.load_meta(str(data))["splits"]["test"]
+    assert trainer["tokens"] == written["tokens"] == info["ids"] - 1  # the tail included
+    assert written["parts"]["tail"]["tokens"] == info["dropped_ids"] > 0
+    for key in ("nll", "perplexity", "word_perplexity", "bits_per_byte"):
+        assert trainer[key] == pytest.approx(written[key], rel=1e-12, abs=0), key
+    print(f"{family}: metrics.json test nll {trainer['nll']!r} ppl {trainer['perplexity']!r}; "
+          f"evaluate.py nll {written['nll']!r} ppl {written['perplexity']!r}")
 
 
 @pytest.mark.slow

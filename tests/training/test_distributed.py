@@ -55,6 +55,7 @@ import numpy as np
 import tensorflow as tf
 from absl import flags
 import data_utils
+from evaluation.stream import StreamEvaluator
 import train as train_cli
 from training.trainer import Trainer
 
@@ -102,6 +103,14 @@ def compare(family, flag_list):
                                    for k, v in compared.items()}
         report["steps"].append(row)
     report["valid"] = [one.evaluate("valid", 6)["nll"], two.evaluate("valid", 6)["nll"]]
+    # The whole split: the records, then the tail continuing row B-1 at batch 1.
+    report["valid_whole"] = [{k: r[k] for k in ("nll", "tokens", "records")}
+                             for r in (one.evaluate("valid"), two.evaluate("valid"))]
+    # The evaluator alone on one model: 2 replicas of 2 rows each, or one device (B 4, T 7).
+    stream = data_utils.read_stream(data_dir, "valid", meta)
+    report["stream"] = {name: StreamEvaluator(two.model, 5, strategy).evaluate(stream, 4, 7).parts()
+                        for name, strategy in (("one", None), ("two", mirrored))}
+    report["valid_ids"] = meta["splits"]["valid"]["ids"]
     os.makedirs(f"{root}/{family}", exist_ok=True)
     np.savez(f"{root}/{family}/default_weights.npz", *[np.asarray(v) for v in one.model.variables])
     return report
@@ -195,6 +204,26 @@ def test_mirrored_two_cpu_replicas_equals_default(distributed_runs, family):
         for key, diff in step["diff"].items():
             assert diff <= 1e-5 * max(step["scale"][key], 1.0), (key, diff)
     assert report["valid"][1] == pytest.approx(report["valid"][0], rel=1e-6)
+    # The whole split, tail included, on either strategy.
+    whole_one, whole_two = report["valid_whole"]
+    assert whole_one["tokens"] == whole_two["tokens"] == report["valid_ids"] - 1
+    assert whole_one["records"] == whole_two["records"]
+    assert whole_two["nll"] == pytest.approx(whole_one["nll"], rel=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", sorted(_FAMILY_FLAGS))
+def test_stream_evaluator_on_two_replicas_equals_one_device(distributed_runs, family):
+    """The same weights: replica r scores rows [2r, 2r+2) of the batched segments, the
+    tail continues row 3 (the last replica's last row) at batch 1 on one device."""
+    report, _, _ = distributed_runs[family]
+    one, two = report["stream"]["one"], report["stream"]["two"]
+    transitions = report["valid_ids"] - 1
+    assert one["batched"]["segments"] == two["batched"]["segments"] == transitions // 28
+    assert one["tail"]["tokens"] == two["tail"]["tokens"] == transitions % 28 > 0
+    for part in ("batched", "tail"):
+        assert two[part]["tokens"] == one[part]["tokens"]
+        assert two[part]["total_nll"] == pytest.approx(one[part]["total_nll"], rel=1e-6), part
 
 
 @pytest.mark.slow

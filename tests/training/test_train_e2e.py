@@ -46,31 +46,45 @@ def _load_model(config, checkpoint):
 
 
 def _direct_metrics(model, config, split):
-    """Split metrics from the model's full log-probabilities, summed in float64."""
+    """Split metrics from the model's full log-probabilities, summed in float64.
+
+    The whole split, as the trainer scores it: the build's records, then the
+    tail after them (`{split}-tail.txt`) continuing row B-1 at batch 1 in
+    windows of T, the last one shorter."""
     import tensorflow as tf
 
     import data_utils
 
     meta = data_utils.load_meta(config.data_dir)
+    info = meta["splits"][split]
 
-    @tf.function
+    @tf.function(reduce_retracing=True)
     def forward(inputs, mems):
         hidden, mems = model(inputs, mems, training=False, mem_len=config.eval_mem_len)
         return model.log_probs(hidden), mems  # [B, T, V]
 
-    mems = model.initial_mems(meta["splits"][split]["batch_size"], config.eval_mem_len)
+    def score(log_probs, targets):
+        picked = np.take_along_axis(np.asarray(log_probs, dtype=np.float64),
+                                    np.asarray(targets)[..., None], axis=-1)
+        return -picked.sum(), picked.size
+
+    mems = model.initial_mems(info["batch_size"], config.eval_mem_len)
     total, tokens = 0.0, 0
     for inputs, targets in data_utils.make_dataset(config.data_dir, split, meta=meta):
         log_probs, mems = forward(inputs, mems)
-        picked = np.take_along_axis(np.asarray(log_probs, dtype=np.float64),
-                                    np.asarray(targets)[..., None], axis=-1)
-        total -= picked.sum()
-        tokens += picked.size
-    info = meta["splits"][split]
-    fraction = tokens / info["ids"]
+        nll, count = score(log_probs, targets)
+        total, tokens = total + nll, tokens + count
+    stream, seq_len = data_utils.read_stream(config.data_dir, split, meta), meta["seq_len"]
+    mems = [m[-1:] for m in mems]  # row B-1 continues into the tail
+    for start in range(tokens, len(stream) - 1, seq_len):
+        stop = min(start + seq_len, len(stream) - 1)
+        log_probs, mems = forward(stream[None, start:stop], mems)
+        nll, count = score(log_probs, stream[None, start + 1:stop + 1])
+        total, tokens = total + nll, tokens + count
+    assert tokens == info["ids"] - 1
     return {"nll": total / tokens, "perplexity": math.exp(total / tokens),
-            "word_perplexity": math.exp(total / (info["words"] * fraction)),
-            "bits_per_byte": total / math.log(2) / (info["bytes"] * fraction), "tokens": tokens}
+            "word_perplexity": math.exp(total / info["words"]),
+            "bits_per_byte": total / math.log(2) / info["bytes"], "tokens": tokens}
 
 
 @pytest.mark.slow
@@ -240,11 +254,11 @@ def test_mixed_precision_steps(make_config, tiny_data, precision):
 def test_progress_lines_first_step_eta_and_evaluation(make_config, caplog, monkeypatch):
     import re
 
+    from evaluation import stream
     import train as train_cli
-    from training import trainer as trainer_module
     from training.loop import format_duration, train
 
-    monkeypatch.setattr(trainer_module, "EVAL_PROGRESS_SECONDS", 0.0)
+    monkeypatch.setattr(stream, "PROGRESS_SECONDS", 0.0)
     caplog.set_level("INFO")
     # absl's own logger too: an earlier in-process CLI (optimal_cuts.main) may
     # have set absl's verbosity to WARNING for the rest of the session.
@@ -257,7 +271,9 @@ def test_progress_lines_first_step_eta_and_evaluation(make_config, caplog, monke
     assert any(re.fullmatch(r"first step done in \d+\.\d s", m) for m in messages)
     step5 = next(m for m in messages if m.startswith("step 5/10 "))
     assert re.search(r" tokens/s eta (\d+m)?\d+s$", step5), step5
-    assert any(re.fullmatch(r"evaluating valid: 1/3 records, \d+ s, about \d+ s to go", m)
+    # The shared stream evaluator's lines (evaluation/stream.py); --eval_max_records=3: the
+    # first 3 records, no tail.
+    assert any(re.fullmatch(r"evaluating valid: 1/3 segments \(33%\), \d+\.\d s, ETA \d+ s", m)
                for m in messages)
     assert (format_duration(3725), format_duration(185), format_duration(42.4)) == (
         "1h02m", "3m05s", "42s")
