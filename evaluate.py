@@ -52,7 +52,7 @@ flags.DEFINE_string("data_dir", None, "--model_dir only: built data to read --sp
                     "default: the run's data_dir (config.json). Must hold the run's tokenizer.")
 flags.DEFINE_integer("seq_len", None, "Segment length T (>= 1); default: the run's seq_len.")
 flags.DEFINE_integer("mem_len", None, "Memory positions carried between segments (>= 0); "
-                     "default: the run's eval_mem_len (its mem_len if that is 0).")
+                     "default: the run's eval_mem_len, as training evaluated (0: no memory).")
 flags.DEFINE_integer("batch_size", None, "Rows evaluated together (>= 1); default: the "
                      "split's batch size in the data (a text file: the data's eval batch size).")
 flags.DEFINE_integer("clamp_len", None, "Transformer-XL only: clamp relative distances to "

@@ -47,7 +47,7 @@ def evaluate_run(run, *, split=None, text_file=None, data_dir=None, seq_len=None
         text_file: a text file, tokenized with the run's tokenizer.
         data_dir: the build to read the split from; None: the run's data_dir.
         seq_len: T; None: the run's seq_len.
-        mem_len: M; None: the run's eval_mem_len (its mem_len if that is 0).
+        mem_len: M; None: the run's eval_mem_len, as training evaluated (0 too).
         batch_size: B; None: the split's batch size in the data (a text
             file: the data's eval batch size).
         progress_interval: seconds between progress lines.
@@ -65,7 +65,7 @@ def evaluate_run(run, *, split=None, text_file=None, data_dir=None, seq_len=None
         raise EvaluationError("give one of --split or --text_file")
     config = run.config
     seq_len = config.seq_len if seq_len is None else seq_len
-    mem_len = run.default_mem_len if mem_len is None else mem_len
+    mem_len = config.eval_mem_len if mem_len is None else mem_len
     check_settings(seq_len, mem_len, 1 if batch_size is None else batch_size)
     if split is not None:
         ids, info = split_ids(run, split, data_dir)

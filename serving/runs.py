@@ -43,7 +43,8 @@ class Run:
 
     @property
     def default_mem_len(self):
-        """int: the run's evaluation memory (eval_mem_len), or the model's mem_len if 0."""
+        """int: generation's memory: the run's eval_mem_len, or the model's mem_len if 0
+        (a cached decoder needs a memory; evaluation takes eval_mem_len as it is)."""
         return self.config.eval_mem_len or self.model.mem_len
 
     def decoder(self, mem_len=None):

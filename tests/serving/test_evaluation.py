@@ -383,3 +383,31 @@ def test_cli_errors_are_one_line_and_write_nothing(runs, tmp_path, cli_cases):
         assert stderr.startswith(cases[name][1]), (name, stderr)
         assert stdout == ""
     assert _listing(txl, sha, no_checkpoint, tmp_path) == before  # nothing written
+
+
+@pytest.mark.slow
+def test_a_run_evaluated_without_memory_is_evaluated_without_memory(runs, data, tmp_path):
+    """--eval_mem_len=0 (a run evaluated with no memory) is evaluate.py's default too, so
+    the run still has one figure per split: the stream scored from an empty memory."""
+    import shutil
+
+    import data_utils
+    from evaluation.stream import StreamEvaluator
+    from serving.evaluation import evaluate_run
+    from serving.generation import load_run
+
+    model_dir = tmp_path / "no_memory"
+    shutil.copytree(runs["transformer_xl"], model_dir)
+    config = json.loads((model_dir / "config.json").read_text())
+    config["eval_mem_len"] = 0
+    (model_dir / "config.json").write_text(json.dumps(config))
+    run = load_run(model_dir)
+    result = evaluate_run(run, split="valid")
+    assert result["settings"]["mem_len"] == 0
+    info = data_utils.load_meta(str(data))["splits"]["valid"]
+    expected = StreamEvaluator(run.model, 0).evaluate(_stream(data, "valid"),
+                                                      info["batch_size"], 16)
+    with_memory = StreamEvaluator(run.model, EVAL_MEM_LEN).evaluate(
+        _stream(data, "valid"), info["batch_size"], 16)
+    assert result["total_nll"] == pytest.approx(expected.total_nll, rel=1e-12)
+    assert result["total_nll"] != pytest.approx(with_memory.total_nll, rel=1e-6)
