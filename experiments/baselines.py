@@ -34,6 +34,7 @@ import json
 import math
 import pathlib
 import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -364,6 +365,8 @@ def parse_args(argv):
     p.add_argument("--clip_norm", type=float, default=0.25)
     p.add_argument("--log_interval", type=int, default=100)
     p.add_argument("--seed", type=int, default=1111)
+    p.add_argument("--summarize", default=None, help="instead of training: write "
+                   "<this dir>/summary.json from the runs under <this dir>/*/<model>")
     args = p.parse_args(argv)
     if args.tokens_per_step % args.context:
         p.error(f"--tokens_per_step={args.tokens_per_step} must be a multiple of "
@@ -374,11 +377,58 @@ def parse_args(argv):
     return args
 
 
+def run_summary(run_dir):
+    """One model's row: parameters, steps, valid/test metrics, training speed and time.
+
+    `run_dir`: a decoder's (metrics.json) or a collected Transformer-XL-family run's
+    (config.json, valid.json, test.json). tokens_per_sec is the median of the logged
+    intervals after the first (tracing); train_seconds the time in training steps.
+    """
+    from experiments.compare_families import training_seconds
+    from training.training_log import read_training_log
+
+    rows = read_training_log(run_dir / "training_log.log")
+    speeds = [row["tokens_per_sec"] for row in rows[1:]] or [rows[0]["tokens_per_sec"]]
+    keys = ("perplexity", "word_perplexity", "bits_per_byte", "nll", "tokens")
+    metrics = run_dir / "metrics.json"
+    if (run_dir / "valid.json").exists():
+        from model.transformer_xl import flops
+        from training.config import TrainConfig
+
+        config = TrainConfig.load(str(run_dir))
+        model, tokens_per_step = config.model, config.batch_size * config.seq_len
+        splits = {split: json.loads((run_dir / f"{split}.json").read_text(encoding="utf-8"))
+                  for split in ("valid", "test")}
+        row = dict(model=run_dir.name,
+                   architecture=json.loads(metrics.read_text(encoding="utf-8"))["architecture"],
+                   parameters=flops.param_count(model), steps=splits["valid"]["step"])
+    else:
+        splits = json.loads(metrics.read_text(encoding="utf-8"))
+        tokens_per_step = json.loads((run_dir / "config.json").read_text())["tokens_per_step"]
+        row = dict(model=run_dir.name, architecture="decoder",
+                   parameters=splits["parameters"], steps=splits["steps"])
+    for split in ("valid", "test"):
+        row.update({f"{split}_{k}": splits[split][k] for k in keys})
+    return dict(row, tokens_per_sec=statistics.median(speeds),
+                train_seconds=training_seconds(rows, tokens_per_step))
+
+
+def summarize(root):
+    """Writes root/summary.json: run_summary of every run under root/<comparison>/<model>."""
+    runs = sorted(p.parent for p in root.glob("*/*/training_log.log"))
+    table = {f"{p.parent.name}/{p.name}": run_summary(p) for p in runs}
+    (root / "summary.json").write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
+    return table
+
+
 MODELS = ("decoder", "transformer_xl", "par")
 
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.summarize:
+        print(json.dumps(summarize(pathlib.Path(args.summarize)), indent=1))
+        return 0
     out_dir = pathlib.Path(args.out_dir)
     models = args.models.split(",")
     try:

@@ -126,6 +126,15 @@ def test_driver_trains_evaluates_and_writes_its_artefacts(word_data, tmp_path):
     assert config["batch_size"] == 4 and config["parameters"] == metrics["parameters"]
     log = (out / "decoder" / "training_log.log").read_text().splitlines()
     assert [line.split()[0] for line in log] == ["step=2", "step=3"]
+    # The summary row is the run's metrics and its log's speed and time.
+    row = baselines.summarize(tmp_path)["baselines/decoder"]
+    assert row["parameters"] == metrics["parameters"] and row["steps"] == 3
+    assert row["valid_perplexity"] == metrics["valid"]["perplexity"]
+    assert row["test_bits_per_byte"] == metrics["test"]["bits_per_byte"]
+    speeds = [float(line.split("tokens_per_sec=")[1]) for line in log]
+    assert row["tokens_per_sec"] == speeds[1]  # the first interval (tracing) left out
+    assert row["train_seconds"] == pytest.approx(2 * 32 / speeds[0] + 32 / speeds[1])
+    assert (tmp_path / "summary.json").exists()
 
 
 def test_transformer_xl_commands_use_the_same_build_and_steps(tmp_path):
