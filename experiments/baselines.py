@@ -414,8 +414,8 @@ def run_summary(run_dir):
 
 
 def summarize(root):
-    """Writes root/summary.json: run_summary of every run under root/<comparison>/<model>."""
-    runs = sorted(p.parent for p in root.glob("*/*/training_log.log"))
+    """Writes root/summary.json: run_summary of each finished run in root/<comparison>/<model>."""
+    runs = sorted(p.parent for p in root.glob("*/*/metrics.json"))  # finished runs only
     table = {f"{p.parent.name}/{p.name}": run_summary(p) for p in runs}
     (root / "summary.json").write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
     return table
