@@ -12,15 +12,21 @@ before it in the first window). The Transformer-XL side is `train.py` and `evalu
 (its context: segments of the build's seq_len with a memory of `eval_mem_len`), run by the
 commands `transformer_xl_commands` builds.
 
-Skeleton status: the decoder trains, evaluates and writes its artefacts (config.json,
-training_log.log, metrics.json) into `--out_dir/decoder`; the Transformer-XL commands are
-built and, with `--models=decoder,transformer_xl`, run one after the other. Not yet
-here: KerasHub's `TransformerDecoder` as the implementation (`--implementation=keras_hub`
-refuses until `keras-hub` is a pinned development requirement), equal-wall-time runs
-interleaved on the same cores, the PAR network and the byte-level SHA-RNN/LSTM pairings.
+The decoder is built from KerasHub's layers as `keras_hub.models.GPT2Backbone` builds GPT-2
+(`TokenAndPositionEmbedding`, `TransformerDecoder` blocks in decoder-only mode with a causal
+mask, a tied softmax); `--implementation=keras` builds the same blocks from Keras layers
+(untied softmax) where keras-hub (a development requirement) is not installed. It trains
+with a plain `tf.function` step (no XLA: Keras' `fit` does not use XLA on a CPU either),
+AdamW with a linear warm-up and cosine decay, gradient clipping, dropout, on B parallel
+streams of windows (as the Transformer-XL reads its B rows). `--models=transformer_xl,par`
+trains the Transformer-XL and the derived PAR network (`--par_architecture`) with
+`base_model.sh` and the recipe of docs/results/wt2_base_r3k.md, in
+runs/baselines/<out_dir name>/<model>, copies their artefacts into `--out_dir/<model>`
+(tools.collect_run) and scores their last checkpoint there (evaluate.py).
+Results: docs/results/baselines.md.
 
-    python -m experiments.baselines --data_dir=data/wikitext2 --out_dir=docs/results/baselines \
-        --max_steps=3000
+    python -m experiments.baselines --models=decoder,transformer_xl,par \
+        --data_dir=data/wikitext2 --out_dir=docs/results/baselines/equal_tokens --max_steps=3000
 """
 
 import argparse
@@ -28,6 +34,7 @@ import json
 import math
 import pathlib
 import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -65,18 +72,43 @@ class PositionEmbedding(keras.layers.Layer):
         return dict(super().get_config(), max_length=self.max_length)
 
 
-def build_decoder(vocab_size, d_model=128, num_layers=3, num_heads=4, d_ffn=512, context=128,
-                  dropout=0.1, implementation="keras"):
-    """A plain causal decoder: token + learned position embeddings, pre-LN blocks, full softmax.
+def _keras_hub():
+    try:
+        import keras_hub
+    except ImportError:
+        raise BaselineError("--implementation=keras_hub needs keras-hub (a development "
+                            "requirement: pip install -r requirements-dev.txt), or use "
+                            "--implementation=keras (the same blocks from Keras layers)") from None
+    return keras_hub
 
-    Returns a Keras model mapping int ids [B, T <= context] to logits [B, T, vocab_size].
-    """
-    if implementation == "keras_hub":
-        raise BaselineError("--implementation=keras_hub: keras-hub is not a development "
-                            "requirement yet; use --implementation=keras (the same design)")
-    if implementation != "keras":
-        raise BaselineError(f"--implementation={implementation}: use keras or keras_hub")
-    ids = keras.Input(shape=(None,), dtype="int32", name="ids")
+
+def _gelu_tanh(x):
+    return keras.activations.gelu(x, approximate=True)
+
+
+def _keras_hub_decoder(ids, vocab_size, d_model, num_layers, num_heads, d_ffn, context,
+                       dropout):
+    """GPT-2's design from KerasHub's layers (as `keras_hub.models.GPT2Backbone` builds it):
+    token + learned position embeddings, pre-LN `TransformerDecoder` blocks in decoder-only
+    mode (causal mask, no cross-attention), tanh-approximate GELU, a final layer norm and the
+    token embedding reused as the softmax (tied weights)."""
+    keras_hub = _keras_hub()
+    init = keras.initializers.RandomNormal(stddev=0.02)
+    embedding = keras_hub.layers.TokenAndPositionEmbedding(
+        vocab_size, context, d_model, tie_weights=True, embeddings_initializer=init,
+        name="embedding")
+    hidden = keras.layers.Dropout(dropout, name="embedding_dropout")(embedding(ids))
+    for layer in range(num_layers):
+        hidden = keras_hub.layers.TransformerDecoder(
+            d_ffn, num_heads, dropout=dropout, activation=_gelu_tanh, layer_norm_epsilon=1e-5,
+            kernel_initializer=init,
+            normalize_first=True, name=f"block{layer}")(hidden, use_causal_mask=True)
+    hidden = keras.layers.LayerNormalization(epsilon=1e-5, name="final_ln")(hidden)
+    return embedding.token_embedding(hidden, reverse=True)
+
+
+def _keras_decoder(ids, vocab_size, d_model, num_layers, num_heads, d_ffn, context, dropout):
+    """The same pre-LN blocks from plain Keras layers (exact GELU, untied softmax)."""
     tokens = keras.layers.Embedding(vocab_size, d_model, name="token_embedding")(ids)
     hidden = PositionEmbedding(context, name="position_embedding")(tokens)
     hidden = keras.layers.Dropout(dropout)(hidden)
@@ -91,22 +123,45 @@ def build_decoder(vocab_size, d_model=128, num_layers=3, num_heads=4, d_ffn=512,
         outer = keras.layers.Dense(d_model, name=f"block{layer}_ffn_out")(inner)
         hidden = hidden + keras.layers.Dropout(dropout)(outer)
     hidden = keras.layers.LayerNormalization(epsilon=1e-5, name="final_ln")(hidden)
-    logits = keras.layers.Dense(vocab_size, name="softmax")(hidden)
-    return keras.Model(ids, logits, name="plain_decoder")
+    return keras.layers.Dense(vocab_size, name="softmax")(hidden)
+
+
+IMPLEMENTATIONS = {"keras_hub": _keras_hub_decoder, "keras": _keras_decoder}
+
+
+def build_decoder(vocab_size, d_model=128, num_layers=3, num_heads=4, d_ffn=512, context=128,
+                  dropout=0.1, implementation="keras_hub"):
+    """A plain causal decoder: token + learned position embeddings, pre-LN blocks, full softmax.
+
+    Args:
+        implementation: keras_hub (KerasHub's layers, GPT-2's design, tied softmax) or keras
+            (the same blocks from Keras layers, untied softmax; no keras-hub needed).
+
+    Returns a Keras model mapping int ids [B, T <= context] to logits [B, T, vocab_size].
+    """
+    if implementation not in IMPLEMENTATIONS:
+        raise BaselineError(f"--implementation={implementation}: use keras_hub or keras")
+    ids = keras.Input(shape=(None,), dtype="int32", name="ids")
+    logits = IMPLEMENTATIONS[implementation](ids, vocab_size, d_model, num_layers, num_heads,
+                                             d_ffn, context, dropout)
+    return keras.Model(ids, logits, name=f"plain_decoder_{implementation}")
 
 
 def training_windows(stream, context, batch_size, step):
-    """Batch `step` of consecutive windows (inputs, targets) [B, context] in stream order.
+    """Batch `step` (inputs, targets) [B, context]: row b reads the b-th of B parallel streams.
 
-    The stream is cut into windows of context + 1 ids that share their boundary id; batch
-    `step` holds windows step*B .. step*B + B - 1, wrapping around the stream (an epoch).
+    The stream is cut into W windows of context + 1 ids that share their boundary id, and
+    the W windows into B contiguous parts (as the Transformer-XL's batches cut the split into
+    B rows): batch `step` holds window (step mod W // B) of each part, so an epoch of W // B
+    steps reads each window of the parts once, in text order within a row.
     """
     windows = (len(stream) - 1) // context
     if windows < batch_size:
         raise BaselineError(f"the train split ({len(stream)} ids) holds {windows} windows of "
                             f"--context={context}, fewer than one batch of {batch_size}: lower "
                             "--context or --tokens_per_step")
-    rows = [(step * batch_size + b) % windows for b in range(batch_size)]
+    per_row = windows // batch_size
+    rows = [b * per_row + step % per_row for b in range(batch_size)]
     batch = np.stack([stream[r * context:r * context + context + 1] for r in rows])
     return batch[:, :-1].astype("int32"), batch[:, 1:].astype("int32")
 
@@ -129,20 +184,23 @@ def scoring_windows(length, context, stride):
     return windows
 
 
-def _picked_log_probs(logits, targets):
-    """log p(target) per position of logits [N, T, V] (float64, stable log-softmax)."""
-    logits = np.asarray(logits, dtype="float64")
-    logits = logits - logits.max(axis=-1, keepdims=True)
-    log_norm = np.log(np.exp(logits).sum(axis=-1))
-    rows, cols = np.indices(targets.shape)
-    return logits[rows, cols, targets] - log_norm
+def token_nll_fn(model):
+    """A compiled `(inputs, targets) [N, T] -> NLL [N, T]` (nats, float32) of the model
+    without dropout: the log-softmax of its logits at each target."""
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)] * 2)
+    def token_nll(inputs, targets):
+        logits = tf.cast(model(inputs, training=False), tf.float32)
+        return tf.nn.sparse_softmax_cross_entropy_with_logits(targets, logits)
+
+    return token_nll
 
 
-def sliding_nll(logits_fn, ids, context, stride, batch_size=64):
+def sliding_nll(nll_fn, ids, context, stride, batch_size=32):
     """(total NLL in nats, scored targets) of a stream, each target scored once.
 
-    `logits_fn(inputs [N, T]) -> logits [N, T, V]` (no dropout); windows of equal length
-    go through it `batch_size` at a time.
+    `nll_fn(inputs [N, T], targets [N, T]) -> NLL [N, T]` (token_nll_fn of a model); windows
+    of equal length go through it `batch_size` at a time; the sum is kept in float64.
     """
     ids = np.asarray(ids, dtype="int32")
     total, count = 0.0, 0
@@ -154,9 +212,9 @@ def sliding_nll(logits_fn, ids, context, stride, batch_size=64):
     for group in groups:
         length = min(context + 1, len(ids) - group[0][0])
         batch = np.stack([ids[start:start + length] for start, _ in group])
-        picked = _picked_log_probs(logits_fn(batch[:, :-1]), batch[:, 1:])
+        nll = np.asarray(nll_fn(batch[:, :-1], batch[:, 1:]), dtype="float64")
         for row, (_, first) in enumerate(group):
-            total -= float(picked[row, first:].sum())
+            total += float(nll[row, first:].sum())
             count += length - 1 - first
     return total, count
 
@@ -166,16 +224,24 @@ def evaluate_split(model, data_dir, split, context, stride):
     meta = data_utils.load_meta(data_dir)
     info = meta["splits"][split]
     stream = data_utils.read_stream(data_dir, split, meta)
-    total, count = sliding_nll(lambda x: model(x, training=False), stream, context, stride)
+    total, count = sliding_nll(token_nll_fn(model), stream, context, stride)
     return dict(lm_metrics(total, count, words=info["words"], num_bytes=info["bytes"]),
                 tokens=count, context=context, stride=stride)
 
 
-def _schedule(learning_rate, warmup_steps, max_steps):
-    decay = keras.optimizers.schedules.CosineDecay(
-        0.0, max(1, max_steps - warmup_steps), warmup_target=learning_rate,
-        warmup_steps=warmup_steps)
-    return decay
+def _schedule(learning_rate, min_lr, warmup_steps, max_steps):
+    """Linear warm-up to `learning_rate`, then cosine decay to `min_lr` at `max_steps`."""
+    return keras.optimizers.schedules.CosineDecay(
+        0.0, max(1, max_steps - warmup_steps), alpha=min_lr / learning_rate,
+        warmup_target=learning_rate, warmup_steps=warmup_steps)
+
+
+LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def decoder_loss(model, inputs, targets, training):
+    """Mean token NLL (nats) of int [B, T] targets given [B, T] inputs: the training loss."""
+    return LOSS(targets, model(inputs, training=training))
 
 
 def train_decoder(args, meta, out_dir):
@@ -184,15 +250,14 @@ def train_decoder(args, meta, out_dir):
     batch_size = args.tokens_per_step // args.context
     model = build_decoder(meta["vocab_size"], args.d_model, args.num_layers, args.num_heads,
                           args.d_ffn, args.context, args.dropout, args.implementation)
-    optimizer = keras.optimizers.AdamW(_schedule(args.learning_rate, args.warmup_steps,
-                                                 args.max_steps), weight_decay=args.weight_decay,
-                                       clipnorm=args.clip_norm)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    optimizer = keras.optimizers.AdamW(
+        _schedule(args.learning_rate, args.min_lr, args.warmup_steps, args.max_steps),
+        weight_decay=args.weight_decay, clipnorm=args.clip_norm)
 
     @tf.function
     def step_fn(inputs, targets):
         with tf.GradientTape() as tape:
-            loss = loss_fn(targets, model(inputs, training=True))
+            loss = decoder_loss(model, inputs, targets, training=True)
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return loss
@@ -201,47 +266,89 @@ def train_decoder(args, meta, out_dir):
     config = dict(vars(args), batch_size=batch_size, vocab_size=meta["vocab_size"],
                   parameters=int(model.count_params()))
     (out_dir / "config.json").write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
-    lines, started = [], time.perf_counter()
-    for step in range(args.max_steps):
-        loss = float(step_fn(*training_windows(stream, args.context, batch_size, step)))
-        if (step + 1) % args.log_interval == 0 or step + 1 == args.max_steps:
-            now = time.perf_counter()
-            done = (step + 1) % args.log_interval or args.log_interval
-            lines.append(f"step={step + 1} loss={loss:.7f} ppl={math.exp(loss):.4f} "
-                         f"tokens_per_sec={done * args.tokens_per_step / (now - started):.1f}")
-            started = now
-    (out_dir / "training_log.log").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    started, interval = time.perf_counter(), 0.0
+    with open(out_dir / "training_log.log", "w", encoding="utf-8") as log:
+        for step in range(args.max_steps):
+            loss = float(step_fn(*training_windows(stream, args.context, batch_size, step)))
+            interval += loss
+            if (step + 1) % args.log_interval == 0 or step + 1 == args.max_steps:
+                now = time.perf_counter()
+                done = (step + 1) % args.log_interval or args.log_interval
+                mean = interval / done  # the interval's mean loss, as train.py logs it
+                log.write(f"step={step + 1} loss={mean:.7f} ppl={math.exp(mean):.4f} tokens_per_"
+                          f"sec={done * args.tokens_per_step / (now - started):.1f}\n")
+                log.flush()
+                started, interval = now, 0.0
     return model, config
 
 
-def transformer_xl_commands(args, model_dir):
-    """train.py and evaluate.py command lines of the Transformer-XL side (same build, steps)."""
-    train = [sys.executable, "train.py", "--preset=wt2_base", "--architecture=transformer_xl",
-             "--arch_warmup_steps=0", f"--data_dir={args.data_dir}", f"--model_dir={model_dir}",
-             f"--max_steps={args.max_steps}", "--sample_tokens=0", f"--seed={args.seed}"]
-    evaluate = [[sys.executable, "evaluate.py", f"--model_dir={model_dir}", f"--split={split}",
-                 f"--output={model_dir}/{split}.json"] for split in ("valid", "test")]
+def run_decoder(args, out_dir):
+    """Trains and evaluates the decoder; writes metrics.json beside config and training log."""
+    meta = data_utils.load_meta(args.data_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    model, config = train_decoder(args, meta, out_dir)
+    trained = time.perf_counter()
+    metrics = {split: evaluate_split(model, args.data_dir, split, args.context, args.stride)
+               for split in ("valid", "test")}
+    result = dict(model=f"plain decoder ({args.implementation})",
+                  parameters=config["parameters"], steps=args.max_steps,
+                  train_wall_seconds=trained - started,
+                  eval_wall_seconds=time.perf_counter() - trained, **metrics)
+    (out_dir / "metrics.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    return result
+
+
+def transformer_xl_commands(args, model_dir, eval_dir, architecture="transformer_xl"):
+    """base_model.sh (the wt2_base_r3k recipe) and evaluate.py command lines of a
+    Transformer-XL-family run: the same build and steps, the last checkpoint scored."""
+    train = ["./base_model.sh", f"--model_dir={model_dir}", f"--data_dir={args.data_dir}",
+             f"--max_steps={args.max_steps}", f"--warmup_steps={args.warmup_steps}",
+             "--eval_interval=1000", "--checkpoint_interval=1000",
+             f"--architecture={architecture}", "--arch_warmup_steps=0", "--sample_tokens=0",
+             f"--seed={args.seed}"]
+    evaluate = [[sys.executable, "evaluate.py", f"--model_dir={model_dir}", "--checkpoint=latest",
+                 f"--split={split}", f"--output={eval_dir}/{split}.json"]
+                for split in ("valid", "test")]
     return [train, *evaluate]
 
 
-def run_decoder(args, out_dir):
-    meta = data_utils.load_meta(args.data_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model, config = train_decoder(args, meta, out_dir)
-    metrics = {split: evaluate_split(model, args.data_dir, split, args.context, args.stride)
-               for split in ("valid", "test")}
-    result = dict(model="plain decoder (Keras layers)", parameters=config["parameters"],
-                  steps=args.max_steps, **metrics)
-    (out_dir / "metrics.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    return result
+def run_transformer_xl(args, name, architecture, out_dir):
+    """Trains (in runs/baselines/<out_dir name>/<name>), collects its artefacts into
+    out_dir/<name> (tools.collect_run), then evaluates the last checkpoint there."""
+    model_dir = pathlib.Path("runs", "baselines", out_dir.name, name)  # from ROOT
+    (ROOT / model_dir.parent).mkdir(parents=True, exist_ok=True)
+    console = ROOT / model_dir.parent / f"{name}.log"
+    train, *evaluate = transformer_xl_commands(args, model_dir, out_dir / name, architecture)
+    seconds = {}
+    with open(console, "a", encoding="utf-8") as log:
+        print("+ " + shlex.join(train), flush=True)
+        started = time.perf_counter()
+        subprocess.run(train, cwd=ROOT, check=True, stdout=log, stderr=subprocess.STDOUT)
+        seconds["train_wall_seconds"] = time.perf_counter() - started
+    subprocess.run([sys.executable, "-m", "tools.collect_run", str(ROOT / model_dir),
+                    f"--console_log={console}", f"--out_dir={out_dir}"], cwd=ROOT, check=True)
+    started = time.perf_counter()
+    for command in evaluate:
+        print("+ " + shlex.join(command), flush=True)
+        subprocess.run(command, cwd=ROOT, check=True)
+    seconds["eval_wall_seconds"] = time.perf_counter() - started
+    commands = "\n".join(shlex.join(c).replace(sys.executable, "python3")
+                         for c in (train, *evaluate)) + "\n"
+    (out_dir / name / "commands.txt").write_text(commands, encoding="utf-8")
+    (out_dir / name / "timings.json").write_text(json.dumps(seconds, indent=1) + "\n",
+                                                 encoding="utf-8")
 
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data_dir", default=str(ROOT / "data" / "wikitext2"))
     p.add_argument("--out_dir", default=str(ROOT / "runs" / "baselines"))
-    p.add_argument("--models", default="decoder", help="comma list of decoder, transformer_xl")
-    p.add_argument("--implementation", default="keras", choices=("keras", "keras_hub"))
+    p.add_argument("--models", default="decoder",
+                   help="comma list of " + ", ".join(MODELS) + " (par: --par_architecture)")
+    p.add_argument("--par_architecture", default="aaafaf",
+                   help="the derived PAR network's a/f string (train.py --architecture)")
+    p.add_argument("--implementation", default="keras_hub", choices=tuple(IMPLEMENTATIONS))
     p.add_argument("--max_steps", type=int, default=3000)
     p.add_argument("--tokens_per_step", type=int, default=1024)
     p.add_argument("--context", type=int, default=128)
@@ -252,35 +359,94 @@ def parse_args(argv):
     p.add_argument("--d_ffn", type=int, default=512)
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--learning_rate", type=float, default=1e-3)
+    p.add_argument("--min_lr", type=float, default=1e-5, help="end of the cosine decay")
     p.add_argument("--warmup_steps", type=int, default=300)
     p.add_argument("--weight_decay", type=float, default=0.01)
     p.add_argument("--clip_norm", type=float, default=0.25)
     p.add_argument("--log_interval", type=int, default=100)
     p.add_argument("--seed", type=int, default=1111)
+    p.add_argument("--summarize", default=None, help="instead of training: write "
+                   "<this dir>/summary.json from the runs under <this dir>/*/<model>")
     args = p.parse_args(argv)
     if args.tokens_per_step % args.context:
         p.error(f"--tokens_per_step={args.tokens_per_step} must be a multiple of "
                 f"--context={args.context}")
-    unknown = set(args.models.split(",")) - {"decoder", "transformer_xl"}
+    unknown = set(args.models.split(",")) - set(MODELS)
     if unknown:
-        p.error(f"--models: unknown {sorted(unknown)}; use decoder and/or transformer_xl")
+        p.error(f"--models: unknown {sorted(unknown)}; use a comma list of {', '.join(MODELS)}")
     return args
+
+
+def run_summary(run_dir):
+    """One model's row: parameters, steps, valid/test metrics, training speed and time.
+
+    `run_dir`: a decoder's (metrics.json) or a collected Transformer-XL-family run's
+    (config.json, valid.json, test.json). tokens_per_sec is the median of the logged
+    intervals after the first (tracing); train_seconds the time in training steps.
+    """
+    from experiments.compare_families import training_seconds
+    from training.training_log import read_training_log
+
+    rows = read_training_log(run_dir / "training_log.log")
+    speeds = [row["tokens_per_sec"] for row in rows[1:]] or [rows[0]["tokens_per_sec"]]
+    keys = ("perplexity", "word_perplexity", "bits_per_byte", "nll", "tokens")
+    metrics = run_dir / "metrics.json"
+    if (run_dir / "valid.json").exists():
+        from model.transformer_xl import flops
+        from training.config import TrainConfig
+
+        config = TrainConfig.load(str(run_dir))
+        model, tokens_per_step = config.model, config.batch_size * config.seq_len
+        splits = {split: json.loads((run_dir / f"{split}.json").read_text(encoding="utf-8"))
+                  for split in ("valid", "test")}
+        row = dict(model=run_dir.name,
+                   architecture=json.loads(metrics.read_text(encoding="utf-8"))["architecture"],
+                   parameters=flops.param_count(model), steps=splits["valid"]["step"])
+    else:
+        splits = json.loads(metrics.read_text(encoding="utf-8"))
+        tokens_per_step = json.loads((run_dir / "config.json").read_text())["tokens_per_step"]
+        row = dict(model=run_dir.name, architecture="decoder",
+                   parameters=splits["parameters"], steps=splits["steps"])
+    for split in ("valid", "test"):
+        row.update({f"{split}_{k}": splits[split][k] for k in keys})
+    return dict(row, tokens_per_sec=statistics.median(speeds),
+                train_seconds=training_seconds(rows, tokens_per_step))
+
+
+def summarize(root):
+    """Writes root/summary.json: run_summary of each finished run in root/<comparison>/<model>."""
+    runs = sorted(p.parent for p in root.glob("*/*/metrics.json"))  # finished runs only
+    table = {f"{p.parent.name}/{p.name}": run_summary(p) for p in runs}
+    (root / "summary.json").write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
+    return table
+
+
+MODELS = ("decoder", "transformer_xl", "par")
 
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.summarize:
+        print(json.dumps(summarize(pathlib.Path(args.summarize)), indent=1))
+        return 0
     out_dir = pathlib.Path(args.out_dir)
+    models = args.models.split(",")
     try:
-        if "decoder" in args.models.split(","):
+        if "decoder" in models:
             result = run_decoder(args, out_dir / "decoder")
             print(json.dumps({k: result[k] for k in ("parameters", "steps")}))
-        if "transformer_xl" in args.models.split(","):
-            for command in transformer_xl_commands(args, out_dir / "transformer_xl"):
-                print("+ " + shlex.join(command), flush=True)
-                subprocess.run(command, cwd=ROOT, check=True)
+        if "transformer_xl" in models:
+            run_transformer_xl(args, "transformer_xl", "transformer_xl", out_dir)
+        if "par" in models:
+            run_transformer_xl(args, "par", args.par_architecture, out_dir)
     except BaselineError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except subprocess.CalledProcessError as error:
+        print(f"error: {shlex.join(map(str, error.cmd))} exited with status "
+              f"{error.returncode} (a training's output is in runs/baselines/*/<model>.log)",
+              file=sys.stderr)
+        return 1
     return 0
 
 

@@ -25,8 +25,57 @@ def test_every_target_is_scored_once_with_enough_context(length, context, stride
 def test_stride_outside_the_context_is_refused():
     with pytest.raises(baselines.BaselineError, match="--stride=9"):
         baselines.scoring_windows(20, 8, 9)
-    with pytest.raises(baselines.BaselineError, match="--implementation=keras_hub"):
-        baselines.build_decoder(32, implementation="keras_hub")
+    with pytest.raises(baselines.BaselineError, match="--implementation=flax"):
+        baselines.build_decoder(32, implementation="flax")
+
+
+def test_training_batches_read_parallel_streams_each_window_once_per_epoch():
+    stream = np.arange(103)  # 25 windows of 4 (+1 shared id): 3 rows of 8 windows
+    seen = []
+    for step in range(8):
+        inputs, targets = baselines.training_windows(stream, 4, 3, step)
+        np.testing.assert_array_equal(targets, inputs + 1)  # targets: the next ids
+        assert list(inputs[:, 0]) == [4 * (8 * b + step) for b in range(3)]
+        seen += list(inputs[:, 0])
+    assert sorted(seen) == [4 * w for w in range(24)]
+    np.testing.assert_array_equal(baselines.training_windows(stream, 4, 3, 8)[0],
+                                  baselines.training_windows(stream, 4, 3, 0)[0])
+
+
+def _tiny_decoder(implementation, seed=3):
+    keras.utils.set_random_seed(seed)
+    return baselines.build_decoder(29, d_model=16, num_layers=2, num_heads=2, d_ffn=32,
+                                   context=6, dropout=0.1, implementation=implementation)
+
+
+def test_keras_hub_decoder_loss_is_the_log_softmax_of_its_tied_logits():
+    model = _tiny_decoder("keras_hub")
+    rng = np.random.default_rng(1)
+    inputs, targets = (rng.integers(0, 29, size=(3, 6)).astype("int32") for _ in range(2))
+    logits = np.asarray(model(inputs, training=False), dtype="float64")
+    shifted = logits - logits.max(-1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    picked = np.take_along_axis(log_probs, targets[..., None], -1)[..., 0]
+    loss = float(baselines.decoder_loss(model, inputs, targets, training=False))
+    np.testing.assert_allclose(loss, -picked.mean(), rtol=1e-5)
+    np.testing.assert_allclose(baselines.token_nll_fn(model)(inputs, targets), -picked,
+                               rtol=1e-4, atol=1e-6)
+    # The softmax is the token embedding itself (GPT-2's tied weights): logits = h E^T.
+    table = np.asarray(model.get_layer("embedding").token_embedding.embeddings, "float64")
+    final = keras.Model(model.input, model.get_layer("final_ln").output)
+    hidden = np.asarray(final(inputs, training=False), dtype="float64")
+    np.testing.assert_allclose(logits, hidden @ table.T, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("implementation", ["keras_hub", "keras"])
+def test_decoder_is_causal(implementation):
+    model = _tiny_decoder(implementation)
+    ids = np.random.default_rng(2).integers(0, 29, size=(2, 6)).astype("int32")
+    changed = ids.copy()
+    changed[:, 4] = (changed[:, 4] + 7) % 29
+    before, after = (np.asarray(model(x, training=False)) for x in (ids, changed))
+    np.testing.assert_allclose(before[:, :4], after[:, :4], rtol=1e-6, atol=1e-6)
+    assert np.abs(before[:, 4:] - after[:, 4:]).max() > 1e-4  # the change is seen from 4 on
 
 
 def _reference_nll(model, ids, context):
@@ -43,23 +92,21 @@ def _reference_nll(model, ids, context):
 # The per-target reference scores the first target from a one-token prefix: attention over
 # one key is a softmax over an axis of size 1 (exactly 1), which Keras warns about.
 @pytest.mark.filterwarnings("ignore:You are using a softmax over axis:UserWarning")
-def test_sliding_nll_matches_a_per_target_loop():
-
-
-    keras.utils.set_random_seed(3)
-    model = baselines.build_decoder(29, d_model=16, num_layers=2, num_heads=2, d_ffn=32,
-                                    context=6, dropout=0.1)
+@pytest.mark.parametrize("implementation", ["keras_hub", "keras"])
+def test_sliding_nll_matches_a_per_target_loop(implementation):
+    model = _tiny_decoder(implementation)
+    nll = baselines.token_nll_fn(model)
     ids = np.random.default_rng(0).integers(0, 29, size=23).astype("int32")
-    total, count = baselines.sliding_nll(lambda x: model(x, training=False), ids, 6, 1)
+    total, count = baselines.sliding_nll(nll, ids, 6, 1)
     assert count == 22
     np.testing.assert_allclose(total, _reference_nll(model, ids, 6), rtol=1e-5)
     # Batching the windows changes nothing.
-    one = baselines.sliding_nll(lambda x: model(x, training=False), ids, 6, 3, batch_size=1)
-    four = baselines.sliding_nll(lambda x: model(x, training=False), ids, 6, 3, batch_size=4)
+    one = baselines.sliding_nll(nll, ids, 6, 3, batch_size=1)
+    four = baselines.sliding_nll(nll, ids, 6, 3, batch_size=4)
     assert one[1] == four[1] == 22
     np.testing.assert_allclose(one[0], four[0], rtol=1e-6)
     # A context that holds the whole stream scores it in one window, whatever the stride.
-    whole, _ = baselines.sliding_nll(lambda x: model(x, training=False), ids[:6], 6, 2)
+    whole, _ = baselines.sliding_nll(nll, ids[:6], 6, 2)
     np.testing.assert_allclose(whole, _reference_nll(model, ids[:6], 6), rtol=1e-5)
 
 
@@ -79,14 +126,27 @@ def test_driver_trains_evaluates_and_writes_its_artefacts(word_data, tmp_path):
     assert config["batch_size"] == 4 and config["parameters"] == metrics["parameters"]
     log = (out / "decoder" / "training_log.log").read_text().splitlines()
     assert [line.split()[0] for line in log] == ["step=2", "step=3"]
+    # The summary row is the run's metrics and its log's speed and time.
+    row = baselines.summarize(tmp_path)["baselines/decoder"]
+    assert row["parameters"] == metrics["parameters"] and row["steps"] == 3
+    assert row["valid_perplexity"] == metrics["valid"]["perplexity"]
+    assert row["test_bits_per_byte"] == metrics["test"]["bits_per_byte"]
+    speeds = [float(line.split("tokens_per_sec=")[1]) for line in log]
+    assert row["tokens_per_sec"] == speeds[1]  # the first interval (tracing) left out
+    assert row["train_seconds"] == pytest.approx(2 * 32 / speeds[0] + 32 / speeds[1])
+    assert (tmp_path / "summary.json").exists()
 
 
 def test_transformer_xl_commands_use_the_same_build_and_steps(tmp_path):
     args = baselines.parse_args(["--data_dir=data/x", "--max_steps=7"])
-    train, valid, test = baselines.transformer_xl_commands(args, tmp_path / "txl")
+    train, valid, test = baselines.transformer_xl_commands(args, tmp_path / "txl", tmp_path)
+    assert train[0] == "./base_model.sh"  # the wt2_base recipe of docs/results/wt2_base_r3k.md
     assert "--data_dir=data/x" in train and "--max_steps=7" in train
-    assert "--architecture=transformer_xl" in train
+    assert "--architecture=transformer_xl" in train and "--warmup_steps=300" in train
     assert [c[-2] for c in (valid, test)] == ["--split=valid", "--split=test"]
+    assert all("--checkpoint=latest" in c for c in (valid, test))
+    par = baselines.transformer_xl_commands(args, tmp_path / "par", tmp_path, "aaafaf")[0]
+    assert "--architecture=aaafaf" in par
 
 
 def test_tokens_per_step_must_fill_whole_windows(capsys):
