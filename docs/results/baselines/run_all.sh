@@ -4,7 +4,7 @@ set -uo pipefail
 cd /work/wt_h32base
 while [ ! -e /work/scratch/core1_free ]; do sleep 15; done
 echo "core 1 free at $(date -u)"
-B="taskset -c 1 python3 -m experiments.baselines --data_dir=data/wikitext2"
+B="taskset -c 1 python -m experiments.baselines --data_dir=data/wikitext2"
 EQ=docs/results/baselines/equal_tokens
 LOGS=/work/scratch/h32
 echo "start transformer_xl $(date -u)"
