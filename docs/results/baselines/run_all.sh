@@ -1,29 +1,23 @@
 #!/usr/bin/env bash
-# issue 32 runs, back to back on core 1 (starts when /work/scratch/core1_free exists).
-set -uo pipefail
-cd /work/wt_h32base
-while [ ! -e /work/scratch/core1_free ]; do sleep 15; done
-echo "core 1 free at $(date -u)"
+# The runs of docs/results/baselines.md, one after the other on core 1, from the project
+# root (data/wikitext2 as ./create_tfrecords.sh builds it). Each driver's console went to
+# the driver_*.log beside its runs.
+set -euo pipefail
 B="taskset -c 1 python -m experiments.baselines --data_dir=data/wikitext2"
 EQ=docs/results/baselines/equal_tokens
-LOGS=/work/scratch/h32
-echo "start transformer_xl $(date -u)"
-$B --models=transformer_xl --out_dir=$EQ > $LOGS/driver_transformer_xl.log 2>&1
-echo "start decoder $(date -u)"
-$B --models=decoder --out_dir=$EQ > $LOGS/driver_decoder.log 2>&1
-STEPS=$(python3 - <<'PY'
-import statistics
-from training.training_log import read_training_log
+$B --models=transformer_xl --out_dir=$EQ
+$B --models=decoder --out_dir=$EQ
+# Equal time: the decoder gets the Transformer-XL's seconds in training steps.
+STEPS=$(python - <<'PY'
 from experiments.compare_families import training_seconds
+from training.training_log import read_training_log
 eq = "docs/results/baselines/equal_tokens"
 txl = training_seconds(read_training_log(f"{eq}/transformer_xl/training_log.log"), 1024)
 dec = training_seconds(read_training_log(f"{eq}/decoder/training_log.log"), 1024)
 print(round(3000 * txl / dec))
 PY
 )
-echo "equal time decoder steps $STEPS $(date -u)"
-WARM=$(( (STEPS + 5) / 10 ))
-$B --models=decoder --max_steps=$STEPS --warmup_steps=$WARM --out_dir=docs/results/baselines/equal_time > $LOGS/driver_decoder_equal_time.log 2>&1
-echo "start par $(date -u)"
-$B --models=par --out_dir=$EQ > $LOGS/driver_par.log 2>&1
-echo "done $(date -u)"
+$B --models=decoder --max_steps=$STEPS --warmup_steps=$(( (STEPS + 5) / 10 )) \
+  --out_dir=docs/results/baselines/equal_time
+$B --models=par --out_dir=$EQ
+python -m experiments.baselines --summarize=docs/results/baselines
