@@ -291,13 +291,8 @@ def remove_stale_temporaries(path):
     """Removes the temporaries of `path` (`temporary_name(path, ...)`, beside it) that
     processes no longer alive left (a writer killed mid-write); returns their names."""
     parent, base = os.path.split(os.path.abspath(os.fspath(path)))
-
-    def wanted(name):
-        ours = _OUR_TEMPORARY.match(name)
-        return bool(ours) and name.startswith(f".{base}.tmp-") and not _alive(
-            int(ours.group(1)))
-
-    return remove_entries(parent, wanted)
+    return remove_entries(
+        parent, lambda name: name.startswith(f".{base}.tmp-") and _left_by_the_dead(name))
 
 
 def remove_temporaries(directory):
@@ -313,9 +308,15 @@ def remove_temporaries(directory):
     """
 
     def wanted(name):
-        ours = _OUR_TEMPORARY.match(name)
-        if ours:  # unless another live process is writing it (e.g. evaluate.py)
-            return not _alive(int(ours.group(1)))
+        if _OUR_TEMPORARY.match(name):  # unless another live process is writing it
+            return _left_by_the_dead(name)
         return bool(_TF_TEMPORARY.match(name))
 
     return remove_entries(directory, wanted)
+
+
+def _left_by_the_dead(name):
+    """Whether `name` is our temporary (`.<name>.tmp-<pid>-<hex>`) of a process no longer
+    alive: a writer killed mid-write."""
+    ours = _OUR_TEMPORARY.match(name)
+    return bool(ours) and not _alive(int(ours.group(1)))
