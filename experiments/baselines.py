@@ -299,6 +299,14 @@ def run_decoder(args, out_dir):
     return result
 
 
+def evaluate_commands(model_dir, eval_dir):
+    """evaluate.py command lines scoring a run's last checkpoint on the whole valid and test
+    splits (its state carried across segments), written to eval_dir/<split>.json."""
+    return [[sys.executable, "evaluate.py", f"--model_dir={model_dir}", "--checkpoint=latest",
+             f"--split={split}", f"--output={eval_dir}/{split}.json"]
+            for split in ("valid", "test")]
+
+
 def transformer_xl_commands(args, model_dir, eval_dir, architecture="transformer_xl"):
     """base_model.sh (the wt2_base_r3k recipe) and evaluate.py command lines of a
     Transformer-XL-family run: the same build and steps, the last checkpoint scored."""
@@ -307,19 +315,51 @@ def transformer_xl_commands(args, model_dir, eval_dir, architecture="transformer
              "--eval_interval=1000", "--checkpoint_interval=1000",
              f"--architecture={architecture}", "--arch_warmup_steps=0", "--sample_tokens=0",
              f"--seed={args.seed}"]
-    evaluate = [[sys.executable, "evaluate.py", f"--model_dir={model_dir}", "--checkpoint=latest",
-                 f"--split={split}", f"--output={eval_dir}/{split}.json"]
-                for split in ("valid", "test")]
-    return [train, *evaluate]
+    return [train, *evaluate_commands(model_dir, eval_dir)]
+
+
+def recurrent_commands(args, model_dir, eval_dir, model):
+    """train.py and evaluate.py command lines of a byte-level SHA-RNN or LSTM run.
+
+    `model` (sha_rnn or lstm) picks the preset `<model>_<--recurrent_preset>` (the SHA-RNN
+    family's recipe: the reference's LAMB, lr 2e-3, warm-up of at most 800 steps and half
+    the run, then constant, clip 0.25; docs/results/sha_rnn_fidelity.md) at the width
+    --d_model, depth --num_layers and Boom width --d_ffn; batch and segment length are the
+    build's. In-training evaluations are a quick look (--eval_max_records); evaluate.py
+    scores the last checkpoint on the whole splits.
+    """
+    train = [sys.executable, "train.py", "--model_family=sha_rnn",
+             f"--preset={model}_{args.recurrent_preset}", f"--model_dir={model_dir}",
+             f"--data_dir={args.data_dir}", f"--d_model={args.d_model}",
+             f"--num_layers={args.num_layers}", f"--boom_dim={args.d_ffn}",
+             f"--max_steps={args.max_steps}", "--eval_interval=0",
+             f"--eval_max_records={args.recurrent_eval_records}", "--checkpoint_interval=0",
+             f"--log_interval={args.log_interval}", "--sample_tokens=0", f"--seed={args.seed}"]
+    return [train, *evaluate_commands(model_dir, eval_dir)]
 
 
 def run_transformer_xl(args, name, architecture, out_dir):
-    """Trains (in runs/baselines/<out_dir name>/<name>), collects its artefacts into
-    out_dir/<name> (tools.collect_run), then evaluates the last checkpoint there."""
-    model_dir = pathlib.Path("runs", "baselines", out_dir.name, name)  # from ROOT
+    """Trains a Transformer-XL-family run (run_project_model)."""
+    run_project_model(args, name, out_dir, lambda model_dir, eval_dir: transformer_xl_commands(
+        args, model_dir, eval_dir, architecture))
+
+
+def run_recurrent(args, name, out_dir):
+    """Trains a byte-level SHA-RNN or LSTM run (run_project_model)."""
+    run_project_model(args, name, out_dir, lambda model_dir, eval_dir: recurrent_commands(
+        args, model_dir, eval_dir, name))
+
+
+def run_project_model(args, name, out_dir, commands):
+    """Trains (in <--runs_dir>/<out_dir name>/<name>), collects its artefacts into
+    out_dir/<name> (tools.collect_run), then evaluates the last checkpoint there.
+
+    `commands(model_dir, eval_dir)`: the training and evaluation command lines.
+    """
+    model_dir = pathlib.Path(args.runs_dir, out_dir.name, name)  # relative: from ROOT
     (ROOT / model_dir.parent).mkdir(parents=True, exist_ok=True)
     console = ROOT / model_dir.parent / f"{name}.log"
-    train, *evaluate = transformer_xl_commands(args, model_dir, out_dir / name, architecture)
+    train, *evaluate = commands(model_dir, out_dir / name)
     seconds = {}
     with open(console, "a", encoding="utf-8") as log:
         print("+ " + shlex.join(train), flush=True)
@@ -349,14 +389,26 @@ def parse_args(argv):
     p.add_argument("--par_architecture", default="aaafaf",
                    help="the derived PAR network's a/f string (train.py --architecture)")
     p.add_argument("--implementation", default="keras_hub", choices=tuple(IMPLEMENTATIONS))
+    p.add_argument("--recurrent_preset", default="small", choices=("small", "tiny"),
+                   help="sha_rnn and lstm: the presets sha_rnn_<this> and lstm_<this>, at "
+                   "--d_model, --num_layers and --d_ffn (their Boom width)")
+    p.add_argument("--recurrent_eval_records", type=int, default=100,
+                   help="sha_rnn and lstm: valid records of train.py's end-of-run look (the "
+                   "reported figures are evaluate.py's, on the whole splits)")
+    p.add_argument("--runs_dir", default=str(pathlib.Path("runs", "baselines")),
+                   help="where the project's models train (<this>/<--out_dir name>/<model>; "
+                   "relative: from the project root); their artefacts are copied to --out_dir")
     p.add_argument("--max_steps", type=int, default=3000)
     p.add_argument("--tokens_per_step", type=int, default=1024)
     p.add_argument("--context", type=int, default=128)
     p.add_argument("--stride", type=int, default=64, help="evaluation window step")
-    p.add_argument("--d_model", type=int, default=128)
-    p.add_argument("--num_layers", type=int, default=3)
+    p.add_argument("--d_model", type=int, default=128, help="the decoder's, sha_rnn's and "
+                   "lstm's width")
+    p.add_argument("--num_layers", type=int, default=3, help="decoder blocks; sha_rnn and "
+                   "lstm blocks")
     p.add_argument("--num_heads", type=int, default=4)
-    p.add_argument("--d_ffn", type=int, default=512)
+    p.add_argument("--d_ffn", type=int, default=512, help="the decoder's inner width; the "
+                   "Boom width of sha_rnn and lstm")
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--learning_rate", type=float, default=1e-3)
     p.add_argument("--min_lr", type=float, default=1e-5, help="end of the cosine decay")
@@ -392,16 +444,14 @@ def run_summary(run_dir):
     keys = ("perplexity", "word_perplexity", "bits_per_byte", "nll", "tokens")
     metrics = run_dir / "metrics.json"
     if (run_dir / "valid.json").exists():
-        from model.transformer_xl import flops
         from training.config import TrainConfig
 
         config = TrainConfig.load(str(run_dir))
-        model, tokens_per_step = config.model, config.batch_size * config.seq_len
+        tokens_per_step = config.batch_size * config.seq_len
         splits = {split: json.loads((run_dir / f"{split}.json").read_text(encoding="utf-8"))
                   for split in ("valid", "test")}
-        row = dict(model=run_dir.name,
-                   architecture=json.loads(metrics.read_text(encoding="utf-8"))["architecture"],
-                   parameters=flops.param_count(model), steps=splits["valid"]["step"])
+        row = dict(model=run_dir.name, **_project_model_row(config, metrics),
+                   steps=splits["valid"]["step"])
     else:
         splits = json.loads(metrics.read_text(encoding="utf-8"))
         tokens_per_step = json.loads((run_dir / "config.json").read_text())["tokens_per_step"]
@@ -413,6 +463,22 @@ def run_summary(run_dir):
                 train_seconds=training_seconds(rows, tokens_per_step))
 
 
+def _project_model_row(config, metrics):
+    """architecture and parameters of a collected project run: a Transformer-XL's from its
+    metrics.json and `flops.param_count` (adaptive input and softmax); an SHA-RNN's or
+    LSTM's (sha_rnn or lstm: attention layers or none) from its built model."""
+    if config.model_family == "transformer_xl":
+        from model.transformer_xl import flops
+
+        return dict(architecture=json.loads(metrics.read_text(encoding="utf-8"))["architecture"],
+                    parameters=flops.param_count(config.model))
+    from model.families import build_model
+
+    architecture = "sha_rnn" if config.model.resolved_attention_layers else "lstm"
+    return dict(architecture=architecture,
+                parameters=int(build_model(config.model).count_params()))
+
+
 def summarize(root):
     """Writes root/summary.json: run_summary of each finished run in root/<comparison>/<model>."""
     runs = sorted(p.parent for p in root.glob("*/*/metrics.json"))  # finished runs only
@@ -421,7 +487,27 @@ def summarize(root):
     return table
 
 
-MODELS = ("decoder", "transformer_xl", "par")
+MODELS = ("decoder", "transformer_xl", "par", "sha_rnn", "lstm")
+BYTE_MODELS = ("sha_rnn", "lstm")  # the byte-level comparison: these against the decoder
+WORD_MODELS = ("transformer_xl", "par")  # base_model.sh: the wt2_base recipe (12k vocabulary)
+
+
+def check_build(models, data_dir):
+    """BaselineError unless the build suits every model: sha_rnn and lstm want a byte build,
+    transformer_xl and par a word-level one (the decoder takes either)."""
+    try:
+        kind = data_utils.load_meta(data_dir)["tokenizer"]["kind"]
+    except (OSError, ValueError, KeyError) as error:
+        raise BaselineError(f"--data_dir={data_dir}: no readable build ({error}); build it "
+                            "with build_data.py") from None
+    wrong = [m for m in models if (m in BYTE_MODELS) != (kind == "byte") and m != "decoder"]
+    if wrong:
+        wanted = "a byte build (e.g. data/wt2_bytes16)" if wrong[0] in BYTE_MODELS else \
+            "a word-level build (e.g. data/wikitext2)"
+        raise BaselineError(f"--models={wrong[0]} needs {wanted}, but --data_dir={data_dir} "
+                            f"has a {kind} tokenizer: change --data_dir or --models (byte "
+                            f"level: {', '.join(BYTE_MODELS)}, decoder; word level: "
+                            f"{', '.join(WORD_MODELS)}, decoder)")
 
 
 def main(argv=None):
@@ -432,6 +518,7 @@ def main(argv=None):
     out_dir = pathlib.Path(args.out_dir)
     models = args.models.split(",")
     try:
+        check_build(models, args.data_dir)
         if "decoder" in models:
             result = run_decoder(args, out_dir / "decoder")
             print(json.dumps({k: result[k] for k in ("parameters", "steps")}))
@@ -439,6 +526,9 @@ def main(argv=None):
             run_transformer_xl(args, "transformer_xl", "transformer_xl", out_dir)
         if "par" in models:
             run_transformer_xl(args, "par", args.par_architecture, out_dir)
+        for name in BYTE_MODELS:
+            if name in models:
+                run_recurrent(args, name, out_dir)
     except BaselineError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -153,3 +153,75 @@ def test_tokens_per_step_must_fill_whole_windows(capsys):
     with pytest.raises(SystemExit):
         baselines.parse_args(["--tokens_per_step=1000", "--context=128"])
     assert "--tokens_per_step=1000 must be a multiple of --context=128" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def byte_data(tmp_path_factory, wikitext2_root):
+    """A byte build (V 256, B 4, T 16) of WikiText-2 slices."""
+    from tests.helpers.runs import build_data
+
+    return build_data(tmp_path_factory.mktemp("byte_data"), wikitext2_root, "byte")
+
+
+def _checkpoint_weights(model_dir):
+    """Weights of the model in a run's last checkpoint, counted from the checkpoint's own
+    variable list (not from a built model): the float entries under model/ (not the
+    optimizer's, nor the dropout layers' integer seed states)."""
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(model_dir)))
+    shapes, dtypes = reader.get_variable_to_shape_map(), reader.get_variable_to_dtype_map()
+    return sum(int(np.prod(shapes[name])) for name in shapes
+               if name.startswith("model/") and dtypes[name].is_floating)
+
+
+@pytest.mark.slow
+def test_driver_runs_the_byte_level_models_end_to_end(byte_data, tmp_path):
+    """The decoder, SHA-RNN and LSTM (tiny presets) train 3 steps of the same 64 bytes on a
+    byte build, are scored on the whole valid and test splits and summarized."""
+    out, runs = tmp_path / "bytes", tmp_path / "runs"
+    code = baselines.main([f"--data_dir={byte_data}", f"--out_dir={out}", f"--runs_dir={runs}",
+                           "--models=decoder,sha_rnn,lstm", "--recurrent_preset=tiny",
+                           "--max_steps=3", "--context=16", "--tokens_per_step=64", "--stride=8",
+                           "--d_model=16", "--num_heads=2", "--d_ffn=32", "--num_layers=2",
+                           "--log_interval=1", "--recurrent_eval_records=2"])
+    assert code == 0
+    meta = json.loads((byte_data / "meta.json").read_text())
+    assert meta["tokenizer"]["kind"] == "byte" and meta["batch_size"] * meta["seq_len"] == 64
+    rows = baselines.summarize(tmp_path)
+    assert sorted(rows) == ["bytes/decoder", "bytes/lstm", "bytes/sha_rnn"]
+    for name in ("sha_rnn", "lstm"):
+        commands = (out / name / "commands.txt").read_text().splitlines()
+        assert commands[0].startswith("python3 train.py --model_family=sha_rnn "
+                                      f"--preset={name}_tiny ")
+        assert "--d_model=16" in commands[0] and "--boom_dim=32" in commands[0]
+        for split in ("valid", "test"):
+            scored = json.loads((out / name / f"{split}.json").read_text())
+            info = meta["splits"][split]
+            assert scored["tokens"] == info["ids"] - 1  # every transition of the whole split
+            # bits per byte: the NLL of every byte, in bits, over the split's bytes
+            assert scored["bits_per_byte"] == pytest.approx(
+                scored["nll"] * scored["tokens"] / np.log(2) / info["bytes"])
+            assert rows[f"bytes/{name}"][f"{split}_bits_per_byte"] == scored["bits_per_byte"]
+        assert rows[f"bytes/{name}"]["steps"] == 3
+        assert rows[f"bytes/{name}"]["architecture"] == name
+        assert rows[f"bytes/{name}"]["parameters"] == _checkpoint_weights(runs / "bytes" / name)
+    assert rows["bytes/sha_rnn"]["parameters"] > rows["bytes/lstm"]["parameters"]  # attention
+    decoder = json.loads((out / "decoder" / "metrics.json").read_text())
+    assert decoder["valid"]["tokens"] == meta["splits"]["valid"]["ids"] - 1
+    assert json.loads((out / "decoder" / "config.json").read_text())["vocab_size"] == 256
+
+
+@pytest.mark.parametrize("model,build", [("sha_rnn", "word"), ("lstm", "word"),
+                                         ("transformer_xl", "byte"), ("par", "byte")])
+def test_a_model_on_the_other_level_s_build_is_refused(model, build, word_data, byte_data,
+                                                       tmp_path, capsys):
+    data = {"word": word_data, "byte": byte_data}[build]
+    out = tmp_path / "out"
+    code = baselines.main([f"--data_dir={data}", f"--out_dir={out}",
+                           f"--runs_dir={tmp_path / 'runs'}", f"--models=decoder,{model}"])
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"error: --models={model} needs")
+    assert f"--data_dir={data}" in err
+    assert not out.exists() and not (tmp_path / "runs").exists()  # nothing written
