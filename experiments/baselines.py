@@ -30,13 +30,17 @@ Results: docs/results/baselines.md.
 """
 
 import argparse
+import bisect
+import collections
 import json
 import math
 import pathlib
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import keras
@@ -244,10 +248,10 @@ def decoder_loss(model, inputs, targets, training):
     return LOSS(targets, model(inputs, training=training))
 
 
-def train_decoder(args, meta, out_dir):
-    """Trains the decoder for --max_steps; writes config.json and training_log.log."""
+def decoder_step(args, meta):
+    """(model, step_fn) of the decoder's training: `step_fn(inputs, targets)` [B, T] ids is
+    one AdamW update (the --learning_rate schedule, --clip_norm), returning the loss."""
     keras.utils.set_random_seed(args.seed)
-    batch_size = args.tokens_per_step // args.context
     model = build_decoder(meta["vocab_size"], args.d_model, args.num_layers, args.num_heads,
                           args.d_ffn, args.context, args.dropout, args.implementation)
     optimizer = keras.optimizers.AdamW(
@@ -262,6 +266,13 @@ def train_decoder(args, meta, out_dir):
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return loss
 
+    return model, step_fn
+
+
+def train_decoder(args, meta, out_dir):
+    """Trains the decoder for --max_steps; writes config.json and training_log.log."""
+    batch_size = args.tokens_per_step // args.context
+    model, step_fn = decoder_step(args, meta)
     stream = data_utils.read_stream(args.data_dir, "train", meta)
     config = dict(vars(args), batch_size=batch_size, vocab_size=meta["vocab_size"],
                   parameters=int(model.count_params()))
@@ -305,6 +316,101 @@ def evaluate_commands(model_dir, eval_dir):
     return [[sys.executable, "evaluate.py", f"--model_dir={model_dir}", "--checkpoint=latest",
              f"--split={split}", f"--output={eval_dir}/{split}.json"]
             for split in ("valid", "test")]
+
+
+# Components of the decoder's step, by the first of these substrings in an op's node name
+# (lower case; backward ops carry their forward scope under gradient_tape/; the tape's
+# gradient sums, AddN, have no scope and count as other).
+COMPONENTS = (("crossentropy", "loss (log-softmax, cross-entropy)"),
+              ("embedding", "token embedding and tied softmax product"),
+              ("layer_norm", "layer norms"), ("final_ln", "layer norms"),
+              ("attention", "attention"), ("feedforward", "feed-forward"),
+              ("adam_w", "optimizer and clipping"))
+
+
+def decoder_component(name):
+    """The COMPONENTS label of an op's node name, or "other"."""
+    lower = name.lower()
+    return next((label for key, label in COMPONENTS if key in lower), "other")
+
+
+def profile_decoder(args, steps=10, warmup=3):
+    """Per-step op time of the decoder's training step (the one train_decoder runs, on the
+    build's first batches), by op type and by component, from tf.profiler's host trace
+    (read by bench.profile_step's reader: each op event's self time)."""
+    from bench.profile_step import STEP_MARKER, read_host_plane, trace_events
+
+    meta = data_utils.load_meta(args.data_dir)
+    model, step_fn = decoder_step(args, meta)
+    stream = data_utils.read_stream(args.data_dir, "train", meta)
+    batch_size = args.tokens_per_step // args.context
+    batches = [[tf.constant(x) for x in training_windows(stream, args.context, batch_size, i)]
+               for i in range(steps + warmup + 1)]
+    for inputs, targets in batches[:warmup + 1]:  # trace, then warm up
+        float(step_fn(inputs, targets))
+    logdir = tempfile.mkdtemp(prefix="profile_decoder_")
+    try:
+        tf.profiler.experimental.start(logdir)
+        try:
+            for i, (inputs, targets) in enumerate(batches[warmup + 1:]):
+                with tf.profiler.experimental.Trace(STEP_MARKER, step_num=i, _r=1):
+                    float(step_fn(inputs, targets))
+        finally:
+            tf.profiler.experimental.stop()
+        ops, markers, _ = trace_events(read_host_plane(logdir))
+    finally:
+        shutil.rmtree(logdir, ignore_errors=True)
+    by_type, by_component, by_node = (collections.Counter() for _ in range(3))
+    starts = [m[0] for m in markers]
+    for name, op_type, start, _, self_ps in ops:
+        k = bisect.bisect_right(starts, start) - 1
+        if k >= 0 and start < markers[k][1]:
+            by_type[op_type] += self_ps
+            by_component[decoder_component(name)] += self_ps
+            by_node[name] += self_ps
+    ms = 1e-9 / len(markers)  # ps over the steps -> ms per step
+    total = sum(by_type.values())
+
+    def shares(counter, top=None):
+        return [dict(name=k, ms_per_step=v * ms, fraction=v / total)
+                for k, v in counter.most_common(top)]
+
+    return dict(steps=len(markers), warmup=warmup, parameters=int(model.count_params()),
+                vocab_size=meta["vocab_size"], batch_size=batch_size, context=args.context,
+                wall_ms_per_step=[(e - s) * 1e-9 for s, e in markers], op_ms_per_step=total * ms,
+                op_types=shares(by_type), components=shares(by_component),
+                top_nodes=shares(by_node, 25))
+
+
+def profile_tables(profile, top=12):
+    """Markdown: the op-time fractions by component and by op type (largest `top`)."""
+    from bench.common import markdown_table
+
+    def rows(entries):
+        return [[e["name"], f"{100 * e['fraction']:.1f}%"] for e in entries]
+
+    return "\n\n".join([
+        markdown_table(["component", "% of op time"], rows(profile["components"]), "lr"),
+        markdown_table([f"op type (largest {top})", "% of op time"],
+                       rows(profile["op_types"][:top]), "lr")])
+
+
+def write_profile(args, out_dir):
+    """Profiles --profile_steps decoder training steps; writes out_dir/profile.json (figures
+    per step, the command, the machine and its load) and out_dir/profile.md (the tables)."""
+    from bench import common
+
+    load_start = common.loadavg()
+    profile = profile_decoder(args, args.profile_steps)
+    command = "python -m experiments.baselines " + shlex.join(sys.argv[1:])
+    result = dict(command=command, machine=common.machine_info(load_start, common.loadavg()),
+                  **profile)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "profile.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    tables = profile_tables(profile)
+    (out_dir / "profile.md").write_text(f"`{command}`\n\n{tables}\n", encoding="utf-8")
+    print(tables)
+    return result
 
 
 def transformer_xl_commands(args, model_dir, eval_dir, architecture="transformer_xl"):
@@ -417,6 +523,10 @@ def parse_args(argv):
     p.add_argument("--clip_norm", type=float, default=0.25)
     p.add_argument("--log_interval", type=int, default=100)
     p.add_argument("--seed", type=int, default=1111)
+    p.add_argument("--profile", default=None, help="instead of training: profile "
+                   "--profile_steps training steps of the decoder with tf.profiler; write "
+                   "<this dir>/profile.json and profile.md (op time by op type and component)")
+    p.add_argument("--profile_steps", type=int, default=10)
     p.add_argument("--summarize", default=None, help="instead of training: write "
                    "<this dir>/summary.json from the runs under <this dir>/*/<model>")
     args = p.parse_args(argv)
@@ -514,6 +624,9 @@ def main(argv=None):
     args = parse_args(argv)
     if args.summarize:
         print(json.dumps(summarize(pathlib.Path(args.summarize)), indent=1))
+        return 0
+    if args.profile:
+        write_profile(args, pathlib.Path(args.profile))
         return 0
     out_dir = pathlib.Path(args.out_dir)
     models = args.models.split(",")

@@ -225,3 +225,35 @@ def test_a_model_on_the_other_level_s_build_is_refused(model, build, word_data, 
     assert len(err.splitlines()) == 1 and err.startswith(f"error: --models={model} needs")
     assert f"--data_dir={data}" in err
     assert not out.exists() and not (tmp_path / "runs").exists()  # nothing written
+
+
+def test_decoder_ops_are_split_by_their_name_scope():
+    component = baselines.decoder_component
+    assert component("sparse_categorical_crossentropy/SparseSoftmaxCrossEntropyWithLogits/"
+                     "SparseSoftmaxCrossEntropyWithLogits").startswith("loss")
+    assert component("gradient_tape/plain_decoder_keras_hub_1/token_embedding_1/Tensordot/"
+                     "MatMul/MatMul_1").startswith("token embedding")
+    assert component("gradient_tape/plain_decoder_keras_hub_1/block1_1/feedforward_layer_norm_1"
+                     "/mul_1/Mul_1") == "layer norms"
+    assert component("plain_decoder_keras_hub_1/block2_1/self_attention_1/softmax_2_1/"
+                     "SelectV2_1") == "attention"
+    assert component("adam_w/AssignSubVariableOp_52") == "optimizer and clipping"
+    assert component("AddN_20") == "other"
+
+
+def test_profile_splits_the_op_time_of_the_decoder_step(word_data):
+    args = baselines.parse_args([f"--data_dir={word_data}", "--context=8", "--tokens_per_step=32",
+                                 "--d_model=16", "--num_heads=2", "--d_ffn=32", "--num_layers=1"])
+    profile = baselines.profile_decoder(args, steps=2, warmup=1)
+    assert profile["steps"] == 2 and profile["batch_size"] == 4
+    for table in ("op_types", "components"):
+        assert sum(e["fraction"] for e in profile[table]) == pytest.approx(1)
+        assert sum(e["ms_per_step"] for e in profile[table]) == pytest.approx(
+            profile["op_ms_per_step"])
+    # The cross-entropy op is the loss component's.
+    loss_ops = sum(e["ms_per_step"] for e in profile["op_types"]
+                   if e["name"] == "SparseSoftmaxCrossEntropyWithLogits")
+    loss = next(e for e in profile["components"] if e["name"].startswith("loss"))
+    assert 0 < loss_ops <= loss["ms_per_step"]
+    assert {e["name"] for e in profile["components"]} >= {"attention", "feed-forward",
+                                                           "optimizer and clipping"}
