@@ -23,10 +23,20 @@ trains the Transformer-XL and the derived PAR network (`--par_architecture`) wit
 `base_model.sh` and the recipe of docs/results/wt2_base_r3k.md, in
 runs/baselines/<out_dir name>/<model>, copies their artefacts into `--out_dir/<model>`
 (tools.collect_run) and scores their last checkpoint there (evaluate.py).
-Results: docs/results/baselines.md.
+
+At the byte level, `--models=sha_rnn,lstm` trains the project's SHA-RNN and LSTM with
+train.py (the presets `sha_rnn_<--recurrent_preset>` and `lstm_<...>` and their recipe, at
+--d_model, --num_layers and a Boom width of --d_ffn) on a byte build, and scores them the
+same way (evaluate.py: the build's rows read in segments with the recurrent state, and the
+SHA-RNN's attention memory, carried across them), against the same decoder over the 256
+bytes. sha_rnn and lstm need a byte build, transformer_xl and par a word-level one.
+`--profile=<dir>` profiles the decoder's training step instead (op time by op type and by
+component). Results: docs/results/baselines.md.
 
     python -m experiments.baselines --models=decoder,transformer_xl,par \
         --data_dir=data/wikitext2 --out_dir=docs/results/baselines/equal_tokens --max_steps=3000
+    python -m experiments.baselines --models=sha_rnn,lstm --data_dir=data/wt2_bytes16 \
+        --out_dir=docs/results/baselines/bytes --max_steps=2500
 """
 
 import argparse
