@@ -442,10 +442,13 @@ def recurrent_commands(args, model_dir, eval_dir, model):
     the run, then constant, clip 0.25; docs/results/sha_rnn_fidelity.md) at the width
     --d_model, depth --num_layers and Boom width --d_ffn; batch and segment length are the
     build's. In-training evaluations are a quick look (--eval_max_records); evaluate.py
-    scores the last checkpoint on the whole splits.
+    scores the last checkpoint on the whole splits. TensorBoard logs go beside the run
+    (<model_dir's parent>/logs/<model>).
     """
+    logdir = pathlib.Path(model_dir).parent / "logs" / pathlib.Path(model_dir).name
     train = [sys.executable, "train.py", "--model_family=sha_rnn",
              f"--preset={model}_{args.recurrent_preset}", f"--model_dir={model_dir}",
+             f"--logdir={logdir}",
              f"--data_dir={args.data_dir}", f"--d_model={args.d_model}",
              f"--num_layers={args.num_layers}", f"--boom_dim={args.d_ffn}",
              f"--max_steps={args.max_steps}", "--eval_interval=0",

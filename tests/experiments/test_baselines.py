@@ -195,6 +195,7 @@ def test_driver_runs_the_byte_level_models_end_to_end(byte_data, tmp_path):
         assert commands[0].startswith("python3 train.py --model_family=sha_rnn "
                                       f"--preset={name}_tiny ")
         assert "--d_model=16" in commands[0] and "--boom_dim=32" in commands[0]
+        assert (runs / "bytes" / "logs" / name).is_dir()  # TensorBoard's, beside the run
         for split in ("valid", "test"):
             scored = json.loads((out / name / f"{split}.json").read_text())
             info = meta["splits"][split]
