@@ -31,13 +31,19 @@ from the step's traced graph (`GradientSums`).
 
 `--cases compute-bound` profiles bench_train.py's compute-bound configuration
 (wt2_large's vocabulary, d_model 512, 8 blocks, seq_len = mem_len 128, batch
-16); `--precision mixed_bfloat16` any case under that policy.
+16); `--precision mixed_bfloat16` any case under that policy. `--cases adaptive_span_small`
+profiles that preset's step (byte vocabulary, 4 layers, learned key positions, its
+Adagrad with the per-tensor throttle; batch 16 x 128, spans from their initial 0, so
+each layer attends over a 64-key window) as docs/results/adaptive_span_fidelity.md
+trains it.
 
 Usage (from the project root):
     python -m bench.profile_step                 # 3 cases, 1-2 minutes
     python -m bench.profile_step --quick         # smoke check: 3 profiled steps
     python -m bench.profile_step --cases "hard search" --steps 40
     python -m bench.profile_step --cases compute-bound --precision mixed_bfloat16 --steps 6
+    python -m bench.profile_step --cases adaptive_span_small --steps 20 \
+        --out bench/results/profile_step_span.json
 Results: bench/results/profile_step.json and Markdown tables on stdout.
 """
 
@@ -71,6 +77,9 @@ STEP_MARKER = "profile_step"
 GRAPH_RUN = "KernelAndDeviceFunc::Run"  # a tf.function's graph executing
 PRESET, BATCH_SIZE, SEQ_LEN = "wt2_base", 32, 32
 COMPUTE_BOUND = "compute-bound"
+# docs/results/adaptive_span_fidelity.md's configuration: the preset's model and
+# training defaults (its Adagrad with the per-tensor throttle), 16 x 128 bytes.
+SPAN_SMALL = "adaptive_span_small"
 
 # label -> ModelConfig overrides of the preset (labels as in bench_train.py);
 # the compute-bound case is bench_train.compute_bound_case with its default flags.
@@ -82,6 +91,7 @@ CASES = {
     # Every block frozen (docs/freezing.md): bench_train.Case freezes it by its label.
     "supernet frozen aaafaf": dict(architecture="supernet", search_mode="soft"),
     COMPUTE_BOUND: None,
+    SPAN_SMALL: None,
 }
 DEFAULT_CASES = ("soft search", "hard search", "transformer_xl afafaf")
 
@@ -219,8 +229,13 @@ def profile_case(label, args, workdir):
     """Builds one case, times it, profiles it; returns its result dict."""
     from model.transformer_xl.presets import preset_config
 
-    precision = args.precision
-    if label == COMPUTE_BOUND:  # bench_train.py's, with its --quick sizes under --quick
+    precision, train_settings = args.precision, None
+    if label == SPAN_SMALL:
+        from model.transformer_xl.presets import TRAIN_DEFAULTS
+
+        preset, batch_size, seq_len = SPAN_SMALL, 16, 128
+        config, train_settings = preset_config(SPAN_SMALL), dict(TRAIN_DEFAULTS[SPAN_SMALL])
+    elif label == COMPUTE_BOUND:  # bench_train.py's, with its --quick sizes under --quick
         preset = "wt2_large"
         config, batch_size, seq_len = bench_train.compute_bound_case(
             bench_train.parse_args(["--quick"] if getattr(args, "quick", False) else []))
@@ -229,7 +244,8 @@ def profile_case(label, args, workdir):
         config = preset_config(preset, **CASES[label])
     name = f"{preset} {label} {precision}"
     t0 = time.perf_counter()
-    case = bench_train.Case(name, config, batch_size, seq_len, precision, workdir, True)
+    case = bench_train.Case(name, config, batch_size, seq_len, precision, workdir, True,
+                            train_settings=train_settings)
     case.run(1 + args.warmup)  # trace, then warm up
     built_s = time.perf_counter() - t0
     unprofiled_ms = 1e3 * statistics.median(case.run(1) for _ in range(args.steps))

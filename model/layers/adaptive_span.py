@@ -50,9 +50,13 @@ from model.layers.relative_attention import (
 # Added to the renormalisation denominator: a row whose in-span weights all
 # underflow gives zeros instead of NaN.
 _RENORM_EPSILON = 1e-8
-# Kept memory lengths are rounded up to this multiple, so the key length
-# changes rarely as the spans move.
-_TRIM_MULTIPLE = 64
+# Kept memory lengths (and the learned positions' key window) are rounded up
+# to this multiple, so the key length changes only now and then as the spans
+# move. The reference rounds to 64 (for PyTorch's allocator); 16 keeps the
+# window near the spans: 32 keys instead of 64 at spans near 0, a 1.09x
+# training step on adaptive_span_small (docs/results/adaptive_span_fidelity.md).
+# model/transformer_xl/block_costs.py counts FLOPs with the same multiple.
+TRIM_MULTIPLE = 16
 SPAN_POSITIONS = ("relative", "learned")
 
 
@@ -136,7 +140,8 @@ def adaptive_span_mask(spans, span_ramp, qlen, klen, dtype=tf.float32):
 def memory_keep_length(spans, span_ramp, mlen):
     """Number of most recent memory positions that some query may still see.
 
-    Returns `L = min(M, ceil64(max_h z_h + R))`. Dropping the memory positions
+    Returns `L = min(M, ceil16(max_h z_h + R))` (ceil16: up to a multiple of
+    `TRIM_MULTIPLE`). Dropping the memory positions
     j < M - L is exact: such a key is at distance
     `x = M + i - j >= L + 1 + i > L >= max_h z_h + R` from every query i, so
     `R + z_h - x < 0` and its mask `m_h(x)` is 0 for every head (with learned
@@ -153,7 +158,7 @@ def memory_keep_length(spans, span_ramp, mlen):
         Scalar int32 tensor L, 0 <= L <= M.
     """
     reach = tf.reduce_max(tf.cast(spans, tf.float32)) + float(span_ramp)
-    keep = tf.cast(tf.math.ceil(reach / _TRIM_MULTIPLE), tf.int32) * _TRIM_MULTIPLE
+    keep = tf.cast(tf.math.ceil(reach / TRIM_MULTIPLE), tf.int32) * TRIM_MULTIPLE
     return tf.minimum(tf.cast(mlen, tf.int32), keep)
 
 
@@ -272,7 +277,7 @@ class AdaptiveSpanAttention(RelativeMultiHeadAttention):
 
     def _window(self, klen, qlen):
         """W, the distances 1..W that the scores cover: at most S, at most K - 1
-        (the farthest key of the last query), at most ceil64(max_h z_h + R) while
+        (the farthest key of the last query), at most ceil16(max_h z_h + R) while
         trimming (a key farther than that has span mask 0)."""
         window = tf.minimum(self.span_max, klen - 1)
         if self.trim_memory and not xla.compiling_with_xla():

@@ -8,8 +8,9 @@ and the counting conventions (a multiply-add is 2 FLOPs, matrix products only).
 
 import math
 
-# The adaptive-span layer keeps memory in multiples of this many positions.
-SPAN_TRIM_MULTIPLE = 64
+# The adaptive-span layer keeps memory in multiples of this many positions
+# (model/layers/adaptive_span.py's TRIM_MULTIPLE; a test keeps them equal).
+SPAN_TRIM_MULTIPLE = 16
 
 
 def _kept_memory(config, mem_len, span):

@@ -197,6 +197,7 @@ def test_case_selection_and_precision():
     args = ps.parse_args(["--cases", "compute-bound", "--precision", "mixed_bfloat16"])
     assert args.labels == ["compute-bound"] and args.precision == "mixed_bfloat16"
     assert ps.parse_args(["--cases", "search"]).labels == ["soft search", "hard search"]
+    assert ps.parse_args(["--cases", "adaptive_span"]).labels == ["adaptive_span_small"]
     with pytest.raises(SystemExit):
         ps.parse_args(["--cases", "nothing"])
 
@@ -209,3 +210,20 @@ def test_quick_run_under_bfloat16(tmp_path):
     (case,) = json.loads(out.read_text())["cases"]
     assert case["precision"] == "mixed_bfloat16" and case["name"].endswith("mixed_bfloat16")
     assert "Cast" in case["op_types"]  # the policy's casts ran
+
+
+@pytest.mark.slow
+def test_quick_run_of_the_adaptive_span_preset(tmp_path):
+    """The preset's own step: its model and its optimizer (Adagrad with the per-tensor
+    throttle), batch 16 x 128."""
+    out = tmp_path / "profile_step.json"
+    ps.main(["--quick", "--cases", "adaptive_span_small", f"--out={out}"])
+    (case,) = json.loads(out.read_text())["cases"]
+    assert case["name"] == "adaptive_span_small adaptive_span_small float32"
+    assert (case["batch_size"], case["seq_len"]) == (16, 128)
+    assert case["model"]["attention"] == "adaptive_span"
+    assert case["model"]["span_positions"] == "learned"
+    categories = case["categories"]
+    assert categories[oc.ATTENTION] > categories[oc.FEED_FORWARD] > 0
+    assert categories[oc.OPTIMIZER] > 0 and categories[oc.OTHER] < 0.05 * case["op_ms"]
+    assert "ResourceApplyAdam" not in case["op_types"]  # the preset's Adagrad, not Adam
