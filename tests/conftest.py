@@ -62,6 +62,20 @@ def word_data(tmp_path_factory, wikitext2_root) -> pathlib.Path:
     return build_data(tmp_path_factory.mktemp("word_data"), wikitext2_root, "word")
 
 
+# The train text of `short_word_data`: lines of WikiText-2 valid (word_data's: 0 to 600).
+SHORT_TRAIN_LINES = (0, 120)
+
+
+@pytest.fixture(scope="session")
+def short_word_data(tmp_path_factory, wikitext2_root) -> pathlib.Path:
+    """`word_data` with a fifth of its train text (97 records, not 460; the same valid
+    and test): for the PAR pipeline tests, whose retrain runs whole epochs."""
+    from tests.helpers.runs import LINES, build_data
+
+    lines = dict(LINES, train=SHORT_TRAIN_LINES)
+    return build_data(tmp_path_factory.mktemp("short_word_data"), wikitext2_root, "word", lines)
+
+
 # The settings of the runs `trained_run` makes.
 TRAINED_RUN_STEPS = 4
 TRAINED_RUN_EVAL_MEM_LEN = 8
