@@ -62,6 +62,20 @@ def word_data(tmp_path_factory, wikitext2_root) -> pathlib.Path:
     return build_data(tmp_path_factory.mktemp("word_data"), wikitext2_root, "word")
 
 
+# The train text of `short_word_data`: lines of WikiText-2 valid (word_data's: 0 to 600).
+SHORT_TRAIN_LINES = (0, 120)
+
+
+@pytest.fixture(scope="session")
+def short_word_data(tmp_path_factory, wikitext2_root) -> pathlib.Path:
+    """`word_data` with a fifth of its train text (97 records, not 460; the same valid
+    and test): for the PAR pipeline tests, whose retrain runs whole epochs."""
+    from tests.helpers.runs import LINES, build_data
+
+    lines = dict(LINES, train=SHORT_TRAIN_LINES)
+    return build_data(tmp_path_factory.mktemp("short_word_data"), wikitext2_root, "word", lines)
+
+
 # The settings of the runs `trained_run` makes.
 TRAINED_RUN_STEPS = 4
 TRAINED_RUN_EVAL_MEM_LEN = 8
@@ -113,16 +127,25 @@ def trained_run(word_data, tmp_path_factory):
 # script's __main__ block runs again for every case with sys.argv set and the
 # flags back at their defaults, with file descriptors 1 and 2 sent to files
 # (C++ logging is caught too). Prints JSON name -> [exit status, stdout, stderr].
+# argv[1] "": each case's arguments start with its script; before each case the
+# scripts' flags are removed (the case's script defines its own) and absl's
+# verbosity is put back to the process's first (as tests/helpers/faults.py's child).
 _CLI_CASES_CHILD = r"""
 import json, os, runpy, sys, tempfile, traceback
-from absl import flags
+from absl import app, flags, logging  # noqa: F401  (app first: its own flags stay)
 
 script, cases = sys.argv[1], json.loads(sys.argv[2])
 results = {}
 real_stdout = os.dup(1)
+absl_flags, verbosity = set(flags.FLAGS), logging.get_verbosity()
 for name, args in cases.items():
+    case_script, args = (script, args) if script else (args[0], args[1:])
+    if not script:  # several scripts: each case defines its script's flags anew
+        for flag in set(flags.FLAGS) - absl_flags:
+            delattr(flags.FLAGS, flag)
+        logging.set_verbosity(verbosity)
     flags.FLAGS.unparse_flags()
-    sys.argv = [script, *args]
+    sys.argv = [case_script, *args]
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -130,7 +153,7 @@ for name, args in cases.items():
         os.dup2(out.fileno(), 1)
         os.dup2(err.fileno(), 2)
         try:
-            runpy.run_path(script, run_name="__main__")
+            runpy.run_path(case_script, run_name="__main__")
             code = 0
         except SystemExit as exit:
             code = exit.code
@@ -157,21 +180,25 @@ os.write(real_stdout, ("CASES " + json.dumps(results) + "\n").encode())
 
 @pytest.fixture(scope="session")
 def cli_cases(project_root):
-    """cli_cases(script, cases, timeout=600) -> name -> (exit status, stdout, stderr).
+    """cli_cases(script, cases, timeout=600, stdin=None) -> name -> (exit status, stdout,
+    stderr).
 
     Runs `python <script> <arguments>` for every case (name -> argument list)
     from the project root, one after another in one child process, so that
-    TensorFlow starts once. Each case still runs the script's __main__ block
-    with fresh flags and its own stdout and stderr (at the file descriptor);
-    TensorFlow's start-up output, if any, falls to the first case that
-    imports it.
+    TensorFlow starts once (script None: each argument list starts with its
+    own script, so that several scripts share the process). Each case still
+    runs the script's __main__ block with fresh flags and its own stdout and
+    stderr (at the file descriptor); TensorFlow's start-up output, if any,
+    falls to the first case that imports it. `stdin`: text the process reads
+    on its standard input (a case of `--prompt_file=-` reads it).
     """
 
-    def run(script, cases, timeout=600):
+    def run(script, cases, timeout=600, stdin=None):
         env = dict(os.environ, PYTHONPATH=str(project_root), TF_CPP_MIN_LOG_LEVEL="2")
-        child = subprocess.run([sys.executable, "-c", _CLI_CASES_CHILD, script, json.dumps(cases)],
+        child = subprocess.run([sys.executable, "-c", _CLI_CASES_CHILD, script or "",
+                                json.dumps(cases)],
                                cwd=project_root, env=env, capture_output=True, text=True,
-                               timeout=timeout)
+                               timeout=timeout, input=stdin)
         lines = [x for x in child.stdout.splitlines() if x.startswith("CASES ")]
         assert child.returncode == 0 and lines, child.stderr[-3000:]
         return {name: tuple(result) for name, result in json.loads(lines[-1][6:]).items()}

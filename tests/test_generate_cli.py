@@ -1,7 +1,7 @@
 """generate.py and export.py as a user runs them: train.py for a few steps, then generate.
 
 Few processes on purpose (each imports TensorFlow): one training run, one
-generation, and the error cases of each script in one process (`cli_cases`).
+generation, and the error cases of both scripts in one process (`cli_cases`).
 """
 
 import os
@@ -92,10 +92,8 @@ def test_cli_errors_are_one_line(trained, tmp_path, cli_cases):
         "export": (["export.py", f"--model_dir={trained}", "--format=keras",
                     f"--output={tmp_path / 'lm.h5'}"], "error: --output="),
     }
-    results = {}
-    for script in ("generate.py", "export.py"):
-        results.update(cli_cases(script, {name: args[1:] for name, (args, _) in cases.items()
-                                          if args[0] == script}))
+    # Both scripts' cases in one process (each case's arguments start with its script).
+    results = cli_cases(None, {name: args for name, (args, _) in cases.items()})
     assert results.keys() == cases.keys()
     for name, (code, stdout, stderr) in results.items():
         lines = [line for line in stderr.splitlines() if line.startswith("error:")]

@@ -22,6 +22,31 @@ import pytest
 MODEL = "pretrained/wt2_base.keras"
 SLICE_LINES = 300
 SLICE = {"tokens": 23438, "words": 18027, "bytes": 89451, "total_nll": 85277.01551818848}
+PROMPT = "The game was released in"
+
+
+@pytest.fixture(scope="module")
+def pretrained_runs(wikitext2_root, tmp_path_factory, cli_cases):
+    """evaluate.py on the whole test split and on the slice, generate.py sampled and greedy:
+    the two scripts' cases in one process (each case's arguments start with its script).
+
+    Returns:
+        (name -> (exit status, stdout, stderr), name -> evaluate.py's --output file).
+    """
+    root = tmp_path_factory.mktemp("pretrained")
+    lines = (wikitext2_root / "wikitext-2" / "wiki.test.tokens").read_bytes().splitlines(True)
+    text = root / "slice.txt"
+    text.write_bytes(b"".join(lines[:SLICE_LINES]))
+    outputs = {"test": root / "test.json", "slice": root / "slice.json"}
+    ran = cli_cases(None, {
+        "test": ["evaluate.py", f"--model={MODEL}", "--split=test", f"--output={outputs['test']}"],
+        "slice": ["evaluate.py", f"--model={MODEL}", f"--text_file={text}",
+                  f"--output={outputs['slice']}"],
+        "sample": ["generate.py", f"--model={MODEL}", f"--prompt={PROMPT}", "--num_tokens=40",
+                   "--seed=1"],
+        "greedy": ["generate.py", f"--model={MODEL}", f"--prompt={PROMPT}", "--num_tokens=40",
+                   "--greedy"]})
+    return ran, outputs
 
 
 def test_model_card_describes_the_committed_file(project_root):
@@ -34,8 +59,8 @@ def test_model_card_describes_the_committed_file(project_root):
 
 
 @pytest.mark.slow
-def test_the_card_test_figures_are_recomputed_from_the_shipped_model(project_root, tmp_path,
-                                                                     cli_cases):
+def test_the_card_test_figures_are_recomputed_from_the_shipped_model(project_root,
+                                                                     pretrained_runs):
     """The card's test row (and its headline figure) is what evaluate.py gives today for the
     committed file on the shipped test text, to the digits the card prints."""
     card = (project_root / "pretrained" / "README.md").read_text(encoding="utf-8")
@@ -43,11 +68,10 @@ def test_the_card_test_figures_are_recomputed_from_the_shipped_model(project_roo
                     card, re.MULTILINE)
     assert row, "the card has no test row"
     assert f"test perplexity **{row[2]}**" in card  # the headline states the same figure
-    output = tmp_path / "test.json"
-    code, stdout, stderr = cli_cases("evaluate.py", {
-        "test": [f"--model={MODEL}", "--split=test", f"--output={output}"]})["test"]
+    ran, outputs = pretrained_runs
+    code, stdout, stderr = ran["test"]
     assert code == 0, stderr[-3000:]
-    result = json.loads(output.read_text())
+    result = json.loads(outputs["test"].read_text())
     assert f"{result['tokens']:,}" == row[1]
     assert f"{result['perplexity']:.3f}" == row[2]
     assert f"{result['word_perplexity']:.3f}" == row[3]
@@ -55,14 +79,10 @@ def test_the_card_test_figures_are_recomputed_from_the_shipped_model(project_roo
 
 
 @pytest.mark.slow
-def test_pretrained_generates_and_evaluates(project_root, wikitext2_root, tmp_path, cli_cases):
-    lines = (wikitext2_root / "wikitext-2" / "wiki.test.tokens").read_bytes().splitlines(True)
-    text = tmp_path / "slice.txt"
-    text.write_bytes(b"".join(lines[:SLICE_LINES]))
-    output = tmp_path / "slice.json"
-    evaluated = cli_cases("evaluate.py", {
-        "slice": [f"--model={MODEL}", f"--text_file={text}", f"--output={output}"]})
-    code, stdout, stderr = evaluated["slice"]
+def test_pretrained_generates_and_evaluates(pretrained_runs):
+    ran, outputs = pretrained_runs
+    output = outputs["slice"]
+    code, stdout, stderr = ran["slice"]
     assert code == 0, stderr[-3000:]
     result = json.loads(output.read_text())
     assert {k: result[k] for k in ("tokens", "words", "bytes")} == {
@@ -71,14 +91,11 @@ def test_pretrained_generates_and_evaluates(project_root, wikitext2_root, tmp_pa
     assert result["storage_dtype"] == "float16" and result["step"] == 52500
     assert f"perplexity {result['perplexity']:.3f}" in stdout
 
-    prompt = "The game was released in"
-    generated = cli_cases("generate.py", {
-        "sample": [f"--model={MODEL}", f"--prompt={prompt}", "--num_tokens=40", "--seed=1"],
-        "greedy": [f"--model={MODEL}", f"--prompt={prompt}", "--num_tokens=40", "--greedy"]})
+    generated = {name: ran[name] for name in ("sample", "greedy")}
     for name, (code, stdout, stderr) in generated.items():
         assert code == 0, (name, stderr[-3000:])
-        assert stdout.startswith(prompt + " ")
-        words = stdout[len(prompt):].split()
+        assert stdout.startswith(PROMPT + " ")
+        words = stdout[len(PROMPT):].split()
         assert len(words) >= 20, stdout  # 40 sentencepiece tokens: text, not fragments
         # Mostly real words: the model learned English, not noise.
         alphabetic = [w for w in words if w.isalpha()]

@@ -2,7 +2,7 @@
 the file or flag and the fix, exit status 1, nothing written; settings that run but
 run badly on this machine say so once.
 
-Few processes on purpose: the cases of each script run in one child (`cli_cases`).
+Few processes on purpose: cases run together in one child (`cli_cases`).
 """
 
 import os
@@ -87,10 +87,8 @@ def test_model_file_errors(cli_cases, tmp_path, word_data, foreign_keras, projec
                           "--dtype=float16", f"--output={tmp_path / 'saved'}"],
                          "error: --dtype applies to --format=keras only", ""),
     }
-    results = {}
-    for script in ("generate.py", "evaluate.py", "export.py"):
-        results.update(cli_cases(script, {name: args[1:] for name, (args, *_) in cases.items()
-                                          if args[0] == script}))
+    # The three scripts' cases in one process (each case's arguments start with its script).
+    results = cli_cases(None, {name: args for name, (args, *_) in cases.items()})
     _check_errors(results, cases)
     assert _listing(tmp_path, word_data, project_root) == before  # nothing written
 
@@ -122,15 +120,17 @@ def test_train_errors_and_cpu_warnings(cli_cases, tmp_path, word_data, project_r
             "--num_blocks=3",
         ),
     }
-    results = cli_cases("train.py", {name: args for name, (args, *_) in cases.items()})
+    # After them, in the same process: a CPU-only machine, where mixed_float16 and a mirrored
+    # strategy run, each warned once (its logs elsewhere: the errors must write none).
+    cpu = [*[a for a in common if not a.startswith("--logdir=")],
+           f"--logdir={tmp_path / 'cpu_logs'}", f"--model_dir={tmp_path / 'cpu'}",
+           "--precision=mixed_float16", "--strategy=mirrored"]
+    results = cli_cases("train.py", {**{name: args for name, (args, *_) in cases.items()},
+                                     "cpu": cpu})
+    code, stdout, stderr = results.pop("cpu")
     _check_errors(results, cases)
     assert (project_root / "README.md").read_bytes() == readme
     assert not (tmp_path / "a").exists() and not (tmp_path / "logs").exists()
-
-    # A CPU-only machine: mixed_float16 and a mirrored strategy run, each warned once.
-    runs = cli_cases("train.py", {"cpu": [*common, f"--model_dir={tmp_path / 'cpu'}",
-                                          "--precision=mixed_float16", "--strategy=mirrored"]})
-    code, stdout, stderr = runs["cpu"]
     assert code == 0, stderr[-3000:]
     assert stderr.count("--precision=mixed_float16 on a machine without a GPU") == 1, stderr
     assert stderr.count("--strategy=mirrored found 0 GPUs: it runs one replica on the CPU") == 1

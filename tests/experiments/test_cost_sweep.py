@@ -119,29 +119,11 @@ def test_missing_data_dir_exits_1(tmp_path, capsys):
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.fixture(scope="module")
-def tiny_build(tmp_path_factory, wikitext2_root):
-    """A word-level build (V 256, B 4, T 16) of a slice of WikiText-2 valid."""
-    import data_utils
-
-    root = tmp_path_factory.mktemp("cost_sweep_data")
-    lines = (wikitext2_root / "wikitext-2" / "wiki.valid.tokens").read_text(
-        encoding="utf-8").splitlines(keepends=True)
-    files = {}
-    for split, (lo, hi) in {"train": (0, 600), "valid": (600, 720), "test": (720, 840)}.items():
-        files[split] = root / f"{split}.txt"
-        files[split].write_text("".join(lines[lo:hi]), encoding="utf-8")
-    data_utils.build_dataset(data_utils.BuildConfig(
-        dataset="text", output_dir=str(root / "built"), train_file=str(files["train"]),
-        valid_file=str(files["valid"]), test_file=str(files["test"]), tokenizer="word",
-        vocab_size=256, batch_size=4, seq_len=16))
-    return root / "built"
-
-
 @pytest.mark.slow
-def test_quick_pipeline_runs_then_only_reads(tiny_build, tmp_path, capsys):
+def test_quick_pipeline_runs_then_only_reads(word_data, tmp_path, capsys):
+    # word_data (tests/conftest.py): a word build (V 256, B 4, T 16) of WikiText-2 slices.
     runs, out, figure = tmp_path / "runs", tmp_path / "sweep.json", tmp_path / "sweep.png"
-    argv = ["--quick", f"--data_dir={tiny_build}", f"--runs_dir={runs}",
+    argv = ["--quick", f"--data_dir={word_data}", f"--runs_dir={runs}",
             f"--logs_dir={tmp_path / 'logs'}", f"--out={out}", f"--figure={figure}",
             "--coefs=0", "--no_soft", "--search_steps=12", "--retrain_steps=8", "--rounds=1",
             "--sample_seconds=0.05", "--heartbeat=0", "--retrain_reference"]

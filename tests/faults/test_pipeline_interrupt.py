@@ -47,12 +47,12 @@ def _listing(root, name):
 
 
 @pytest.fixture(scope="module")
-def pipelines(word_data, tmp_path_factory):
+def pipelines(short_word_data, tmp_path_factory):
     root = tmp_path_factory.mktemp("pipeline_interrupt")
     runs = {name: root / name for name in ("reference", "graceful", "killed")}
     for run in runs.values():
         (run / "out").mkdir(parents=True)
-    flags = {name: pipeline_flags(word_data, run) for name, run in runs.items()}
+    flags = {name: pipeline_flags(short_word_data, run) for name, run in runs.items()}
     out = {"runs": runs}
 
     def record(name, run):

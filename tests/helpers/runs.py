@@ -10,19 +10,20 @@ BEST_STEP, LATEST_STEP = 7, 9
 
 
 
-def build_data(root, wikitext2_root, tokenizer="word"):
+def build_data(root, wikitext2_root, tokenizer="word", lines=None):
     """A tiny build (B 4, T 16) of a slice of WikiText-2 valid; returns its directory.
 
-    Vocabulary: 256 words, 300 sentencepiece pieces, or the 256 bytes.
+    Vocabulary: 256 words, 300 sentencepiece pieces, or the 256 bytes. `lines`:
+    split -> (first, end) line of WikiText-2 valid (default `LINES`).
     """
     import data_utils
 
     with open(wikitext2_root / "wikitext-2" / "wiki.valid.tokens", encoding="utf-8") as f:
-        lines = f.readlines()
+        text = f.readlines()
     files = {}
-    for split, (lo, hi) in LINES.items():
+    for split, (lo, hi) in (lines or LINES).items():
         files[split] = root / f"{split}.txt"
-        files[split].write_text("".join(lines[lo:hi]), encoding="utf-8")
+        files[split].write_text("".join(text[lo:hi]), encoding="utf-8")
     out = root / f"built_{tokenizer}"
     data_utils.build_dataset(data_utils.BuildConfig(
         dataset="text", output_dir=str(out), train_file=str(files["train"]),

@@ -189,22 +189,24 @@ def test_a_clean_process_loads_generates_and_scores_as_the_scripts(tmp_path, wik
     assert api["class"] == "PackagedLM"
 
     greedy_tokens = 30 - api["prompt_tokens"]
-    generated = cli_cases("generate.py", {
-        "0": [f"--model={model}", f"--prompt={prompts[0]}", "--num_tokens=20", "--top_p=0.9",
-              "--seed=3"],
-        "1": [f"--model={model}", f"--prompt={prompts[1]}", "--num_tokens=20", "--top_p=0.9",
-              "--seed=4"],  # prompt i is drawn with seed + i
-        "greedy": [f"--model={model}", f"--prompt={prompts[0]}",
-                   f"--num_tokens={greedy_tokens}", "--greedy"]})
+    output = tmp_path / "eval.json"
+    # The scripts' cases in one process (each case's arguments start with its script).
+    scripts = cli_cases(None, {
+        "0": ["generate.py", f"--model={model}", f"--prompt={prompts[0]}", "--num_tokens=20",
+              "--top_p=0.9", "--seed=3"],
+        "1": ["generate.py", f"--model={model}", f"--prompt={prompts[1]}", "--num_tokens=20",
+              "--top_p=0.9", "--seed=4"],  # prompt i is drawn with seed + i
+        "greedy": ["generate.py", f"--model={model}", f"--prompt={prompts[0]}",
+                   f"--num_tokens={greedy_tokens}", "--greedy"],
+        "text": ["evaluate.py", f"--model={model}", f"--text_file={text}", f"--output={output}"]})
+    generated = {name: scripts[name] for name in ("0", "1", "greedy")}
     for name, (code, stdout, stderr) in generated.items():
         assert code == 0, (name, stderr[-2000:])
     assert [generated[i][1] for i in "01"] == [t + "\n" for t in api["sampled"]]
     assert generated["greedy"][1] == api["greedy"] + "\n"
     assert all("<unk>" not in t for t in api["sampled"] + [api["greedy"]])
 
-    output = tmp_path / "eval.json"
-    code, _, stderr = cli_cases("evaluate.py", {
-        "text": [f"--model={model}", f"--text_file={text}", f"--output={output}"]})["text"]
+    code, _, stderr = scripts["text"]
     assert code == 0, stderr[-2000:]
     evaluated = json.loads(output.read_text())
     assert api["score"] == {key: evaluated[key] for key in SCORE_KEYS}

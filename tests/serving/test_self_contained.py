@@ -135,9 +135,13 @@ def test_exports_alone_reproduce_the_run(tmp_path, wikitext2_root, cli_cases):
     for tokenizer in TOKENIZERS:
         shutil.rmtree(tmp_path / f"data_{tokenizer}")
 
+    # With them, the prompt from standard input (--prompt_file=-, no prompt file needed).
+    piped = "transformer_xl-sentencepiece"
     by_file = cli_cases("generate.py", {
-        name: [f"--model={c['keras']}", f"--prompt={c['prompt']}", *_flags(c["options"])]
-        for name, c in cases.items()})
+        **{name: [f"--model={c['keras']}", f"--prompt={c['prompt']}", *_flags(c["options"])]
+           for name, c in cases.items()},
+        "piped": [f"--model={cases[piped]['keras']}", "--prompt_file=-",
+                  *_flags(cases[piped]["options"])]}, stdin=PROMPT)
     child = subprocess.run(
         [sys.executable, "-c", CLEAN_PROCESS, json.dumps(cases)], cwd=tmp_path,
         capture_output=True, text=True, timeout=900,
@@ -158,13 +162,8 @@ def test_exports_alone_reproduce_the_run(tmp_path, wikitext2_root, cli_cases):
         assert clean[name]["saved_unk_ids"] == unk_ids[name], name
         assert clean[name]["saved_text"] == texts, name
     # The prompt can come from standard input (--prompt_file=-), no prompt file needed.
-    name = "transformer_xl-sentencepiece"
-    piped = subprocess.run(
-        [sys.executable, "generate.py", f"--model={cases[name]['keras']}", "--prompt_file=-",
-         *_flags(cases[name]["options"])], input=PROMPT, cwd=PROJECT_ROOT, capture_output=True,
-        text=True, timeout=600, env=dict(os.environ, PYTHONPATH=str(PROJECT_ROOT),
-                                         TF_CPP_MIN_LOG_LEVEL="2"))
-    assert piped.returncode == 0 and piped.stdout == by_dir[name][1], piped.stderr[-2000:]
+    code, stdout, stderr = by_file["piped"]
+    assert code == 0 and stdout == by_dir[piped][1], stderr[-2000:]
     for name, ids in expected_ids.items():  # never the unknown-word token by default
         assert not set(unknown[name]) & {i for row in ids for i in row}, name
     # The seeds matter: the sampled rows differ.

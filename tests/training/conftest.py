@@ -10,31 +10,13 @@ import pytest
 
 from tests.helpers import PROJECT_ROOT
 
-# Slices of real WikiText-2 (valid split, by line) used as train/valid/test.
-TINY_LINES = {"train": (0, 600), "valid": (600, 720), "test": (720, 840)}
-TINY_BATCH = 4
-TINY_SEQ_LEN = 16
-TINY_VOCAB = 256
-
 
 @pytest.fixture(scope="session")
-def tiny_data(tmp_path_factory, wikitext2_root) -> pathlib.Path:
-    """A word-level build (V 256, B 4, T 16) of a slice of WikiText-2 valid."""
-    import data_utils
-
-    root = tmp_path_factory.mktemp("tiny_data")
-    with open(wikitext2_root / "wikitext-2" / "wiki.valid.tokens", encoding="utf-8") as f:
-        lines = f.readlines()
-    files = {}
-    for split, (lo, hi) in TINY_LINES.items():
-        files[split] = root / f"{split}.txt"
-        files[split].write_text("".join(lines[lo:hi]), encoding="utf-8")
-    out = root / "built"
-    data_utils.build_dataset(data_utils.BuildConfig(
-        dataset="text", output_dir=str(out), train_file=str(files["train"]),
-        valid_file=str(files["valid"]), test_file=str(files["test"]), tokenizer="word",
-        vocab_size=TINY_VOCAB, batch_size=TINY_BATCH, seq_len=TINY_SEQ_LEN))
-    return out
+def tiny_data(word_data) -> pathlib.Path:
+    """A word-level build (V 256, B 4, T 16) of a slice of WikiText-2 valid: the session's
+    `word_data` (tests/conftest.py), the very build these tests made for themselves before;
+    made once for the whole session. Tests only read it."""
+    return word_data
 
 
 def tiny_config(data_dir, model_dir, **overrides):

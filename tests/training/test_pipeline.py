@@ -18,8 +18,8 @@ PIPELINE = ("--num_blocks=2", "--arch_warmup_steps=4", "--arch_learning_rate=0.5
             "--deterministic")
 
 
-def _config(tiny_data, model_dir, *extra):
-    return family_config(tiny_data, model_dir, "transformer_xl", *PIPELINE, *extra)
+def _config(data_dir, model_dir, *extra):
+    return family_config(data_dir, model_dir, "transformer_xl", *PIPELINE, *extra)
 
 
 def _checkpoint_step(model_dir):
@@ -29,13 +29,14 @@ def _checkpoint_step(model_dir):
 
 
 @pytest.fixture(scope="module")
-def pipeline(tiny_data, tmp_path_factory):
-    """The whole command, uninterrupted: search, retrain, export."""
+def pipeline(short_word_data, tmp_path_factory):
+    """The whole command, uninterrupted: search, retrain, export (on the short build:
+    its retrain runs whole epochs)."""
     import train as train_cli
     from training.loop import train
 
     root = tmp_path_factory.mktemp("pipeline")
-    config = _config(tiny_data, root / "search", "--retrain_epochs=2")
+    config = _config(short_word_data, root / "search", "--retrain_epochs=2")
     results = train(config)
     exported = train_cli._export(config, results, str(root / "model.keras"), False)
     return config, results, exported, root
@@ -118,13 +119,13 @@ class _KilledBetweenStages(Exception):
 
 @pytest.mark.slow
 def test_a_command_stopped_between_the_stages_resumes_the_retrain_not_the_search(
-        pipeline, tiny_data, tmp_path, monkeypatch):
+        pipeline, short_word_data, tmp_path, monkeypatch):
     """As a kill right after the search's last checkpoint: the same command again
     trains no more search steps and ends as the uninterrupted command."""
     from training import loop
 
     _, expected, _, _ = pipeline
-    config = _config(tiny_data, tmp_path / "search", "--retrain_epochs=2")
+    config = _config(short_word_data, tmp_path / "search", "--retrain_epochs=2")
     original = loop.train
 
     def stop_at_follow_up(follow, *args, **kwargs):
@@ -178,11 +179,12 @@ def test_a_derived_network_seeded_from_the_supernet_computes_what_the_frozen_sup
                                rtol=1e-5, atol=1e-6)
 
 
-def test_retrain_init_supernet_sets_the_second_stage_to_start_from_the_search(tiny_data,
-                                                                            tmp_path):
+def test_retrain_init_supernet_sets_the_second_stage_to_start_from_the_search(
+        short_word_data, tmp_path):
     from training.plugins.par_search.retrain import retrain_config
 
-    config = _config(tiny_data, tmp_path / "search", "--retrain_init=supernet")
+    config = _config(short_word_data, tmp_path / "search", "--retrain_init=supernet")
     follow = retrain_config(config, "af")
     assert follow.search.init_from == str(tmp_path / "search")
-    assert retrain_config(_config(tiny_data, tmp_path / "s2"), "af").search.init_from == ""
+    second = _config(short_word_data, tmp_path / "s2")
+    assert retrain_config(second, "af").search.init_from == ""
