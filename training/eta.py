@@ -3,8 +3,57 @@
 The run loop evaluates the valid split every `eval_interval` steps and at the last
 step (once when both fall together), then the test split once at the end. It logs a
 step's line (with the ETA) before that step's evaluation, so the ETA at `step` counts the
-evaluations at steps `step` to `total_steps`. Pure arithmetic, no clock.
+evaluations at steps `step` to `total_steps`. Pure arithmetic, no clock: the run loop
+passes its readings of `time.perf_counter()`.
+
+The seconds per step come from the recent logged intervals (`RecentRate`), not from the
+whole run, so a pause (a suspended process, a laptop asleep) or a change of load stops
+counting once it is that many intervals old.
 """
+
+import collections
+
+# Logged intervals the seconds per step are measured over (2,000 steps at the default
+# --log_interval=100).
+RECENT_INTERVALS = 20
+
+
+class RecentRate:
+    """Wall seconds per training step over the last `intervals` logged intervals.
+
+    A reading is `(now, step, eval_seconds)`: the clock, the steps done, and the seconds
+    spent evaluating so far, which are left out of the rate (the ETA adds the evaluations
+    still planned on its own).
+
+    Args:
+        intervals: int >= 1, how many of the latest intervals the rate spans.
+    """
+
+    def __init__(self, intervals=RECENT_INTERVALS):
+        if intervals < 1:
+            raise ValueError(f"intervals must be >= 1, got {intervals}")
+        self._readings = collections.deque(maxlen=intervals + 1)
+
+    def start(self, now, step):
+        """Forgets every reading; the clock starts at `step` (after the traced step)."""
+        self._readings.clear()
+        self._readings.append((now, step, 0.0))
+
+    def seconds_per_step(self, now, step, eval_seconds):
+        """Keeps this reading; the rate over the last `intervals` intervals up to it.
+
+        Returns:
+            float seconds per step, or None before the clock started or before a step
+            was done since it did.
+        """
+        if not self._readings:
+            return None
+        if step > self._readings[-1][1]:
+            self._readings.append((now, step, eval_seconds))
+        then, first, evaluated = self._readings[0]
+        if step <= first:
+            return None
+        return (now - then - (eval_seconds - evaluated)) / (step - first)
 
 
 def planned_evaluations(step, total_steps, eval_interval):

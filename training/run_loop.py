@@ -69,6 +69,7 @@ class RunLoop:
         self._interval_steps = int(self.state.interval_steps.numpy())
         self._clock = None
         self._eval_spent = [0.0, 0]  # seconds and records evaluated since the clock started
+        self._rate = eta.RecentRate()  # the ETA's seconds per step
 
     # ------------------------------------------------------------------ loop
 
@@ -121,6 +122,7 @@ class RunLoop:
                 logging.info("first step done in %.1f s", time.perf_counter() - start)
                 first_step = False
                 self._clock = (time.perf_counter(), self.step + 1)
+                self._rate.start(*self._clock)
                 self._eval_spent = [0.0, 0]
             if out["finite"]:
                 self._nonfinite_in_a_row = 0
@@ -260,14 +262,14 @@ class RunLoop:
     # --------------------------------------------------------------- logging
 
     def _eta(self, step):
-        """' eta 1h02m', or '': the steps left at the wall time per step since the first
-        step (evaluations excluded) plus the evaluations still planned, each evaluated
-        record at the time measured so far (one training step's before any)."""
-        if self._clock is None or step <= self._clock[1]:
-            return ""
-        since, first = self._clock
+        """' eta 1h02m', or '': the steps left at the wall time per step of the recent
+        logged intervals (`eta.RecentRate`, evaluations excluded) plus the evaluations still
+        planned, each evaluated record at the time measured so far (one training step's
+        before any)."""
         spent, records = self._eval_spent
-        per_step = (time.perf_counter() - since - spent) / (step - first)
+        per_step = self._rate.seconds_per_step(time.perf_counter(), step, spent)
+        if self._clock is None or per_step is None:
+            return ""
         per_record = spent / records if records else per_step
         meta, cap = self.trainer.meta["splits"], self.config.eval_max_records
         valid, test = (min(meta[split]["records"], cap or math.inf) * per_record
