@@ -2,6 +2,7 @@
 
 import pathlib
 import re
+import tomllib
 
 from tests.helpers.docs import doc_pages
 
@@ -54,3 +55,19 @@ def test_ci_follows_the_readme():
     clone, venv, test = (next(i for i, line in enumerate(ci) if text in line) for text in (
         "git clone", "-m venv .venv", TEST_COMMAND))
     assert clone < venv < test  # the environment is made inside the fresh clone
+
+
+def test_the_test_command_runs_on_two_workers():
+    """The README's test command runs on two pytest-xdist workers, each test file whole in
+    one worker (pyproject.toml's addopts, the plug-in pinned in requirements-dev.txt), and
+    the README says how to run in the one pytest process (`-p no:xdist` cannot: pytest
+    would not know the `-n` of addopts)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    addopts = project["tool"]["pytest"]["ini_options"]["addopts"].split()
+    assert [addopts[addopts.index("-n") + 1], addopts[addopts.index("--dist") + 1]] == [
+        "2", "loadfile"]
+    requirements = (ROOT / "requirements-dev.txt").read_text(encoding="utf-8").splitlines()
+    assert any(re.fullmatch(r"pytest-xdist==[\d.]+", line) for line in requirements)
+    readme = README.read_text(encoding="utf-8")
+    assert "`-n 2 --dist loadfile`" in readme and "python -m pytest -q -n 0 tests/" in readme
+    assert "no:xdist" not in readme

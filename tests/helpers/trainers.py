@@ -34,8 +34,10 @@ def family_config(data_dir, model_dir, family, *extra):
     import train as train_cli
 
     fv = train_cli.define_flags(flags.FlagValues())
+    # TensorBoard logs beside the run (an --logdir in `extra` wins): the default,
+    # logs/<run> under the working directory, is the repository's logs/ for a test.
     fv(["train.py", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
-        *FAMILY_FLAGS[family], *_TRAIN_FLAGS, *extra])
+        f"--logdir={model_dir}_logs", *FAMILY_FLAGS[family], *_TRAIN_FLAGS, *extra])
     return train_cli.config_from_flags(fv)[0]
 
 

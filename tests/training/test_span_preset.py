@@ -16,7 +16,7 @@ def test_preset_brings_the_reference_recipe_trains_and_spans_move(tiny_data, tmp
     fv = train_cli.define_flags(absl_flags.FlagValues())
     fv(["train.py", f"--data_dir={tiny_data}", f"--model_dir={tmp_path / 'run'}", *SPAN_TINY,
         "--max_steps=24", "--eval_interval=24", "--eval_max_records=4", "--sample_tokens=0",
-        "--log_interval=4"])
+        "--log_interval=4", f"--logdir={tmp_path / 'logs'}"])  # not the repository's logs/
     config = train_cli.config_from_flags(fv)[0]
     # The preset's training defaults: the reference's Adagrad, no global clip.
     assert (config.optimizer, config.clip_norm, config.learning_rate, config.epsilon,

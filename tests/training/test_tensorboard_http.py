@@ -1,14 +1,15 @@
 """TensorBoard serves the tags TrainSummaries writes.
 
 Writes a tiny run's logs, starts `tensorboard` on 127.0.0.1 as a subprocess
-and checks through its HTTP API (the one the browser front end uses) that the
-scalar tags, one scalar series' values and the architecture image are served.
+(on a port the system picks, --port 0, read back from its serving message: no
+port chosen here can be taken by another test in between) and checks through
+its HTTP API (the one the browser front end uses) that the scalar tags, one
+scalar series' values and the architecture image are served.
 """
 
-import contextlib
 import io
 import json
-import socket
+import re
 import subprocess
 import sys
 import time
@@ -27,10 +28,9 @@ STARTUP_TIMEOUT_S = 90
 LOSSES = [6.0, 5.5, 5.1, 4.8]
 
 
-def free_port():
-    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+# TensorBoard's line on stderr once its server is bound, before it serves.
+SERVING = re.compile(r"^TensorBoard \S+ at (http://127\.0\.0\.1:\d+)/ \(Press CTRL\+C to quit\)$",
+                     re.M)
 
 
 def write_run(logdir):
@@ -49,20 +49,22 @@ def write_run(logdir):
 
 def get_json(base, path, **params):
     url = base + path + ("?" + urllib.parse.urlencode(params) if params else "")
-    with urllib.request.urlopen(url, timeout=10) as response:
+    with urllib.request.urlopen(url, timeout=60) as response:
         return json.loads(response.read())
 
 
-def wait_for(base, proc, log_path, ready):
-    """Polls until ready(base) is truthy, TensorBoard dies, or the timeout."""
+def wait_for(proc, log_path, ready):
+    """Polls until ready(base) is truthy (base: the URL the serving message names, once it
+    is printed), TensorBoard dies, or the timeout."""
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     last_error = None
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             pytest.fail(f"tensorboard exited with "
                         f"{proc.returncode}:\n{log_path.read_text()[-3000:]}")
+        served = SERVING.search(log_path.read_text())
         try:
-            result = ready(base)
+            result = served and ready(served.group(1))
             if result:
                 return result
         except (urllib.error.URLError, ConnectionError, json.JSONDecodeError) as err:
@@ -76,15 +78,13 @@ def wait_for(base, proc, log_path, ready):
 def test_tensorboard_serves_training_tags(tmp_path):
     logdir = tmp_path / "logs"
     probs = write_run(logdir)
-    port = free_port()
     log_path = tmp_path / "tensorboard.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir),
-             "--host", "127.0.0.1", "--port", str(port), "--load_fast=false"],
+             "--host", "127.0.0.1", "--port", "0", "--load_fast=false"],
             stdout=log, stderr=subprocess.STDOUT,
         )
-    base = f"http://127.0.0.1:{port}"
     try:
         expected_train = {
             f"train/{n}" for n in ("loss", "perplexity", "tau", "lr_weights", "lr_arch")
@@ -97,10 +97,10 @@ def test_tensorboard_serves_training_tags(tmp_path):
             runs = get_json(base, "/data/runs")
             tags = get_json(base, "/data/plugin/scalars/tags")
             if {"train", "valid"} <= set(runs) and expected_train <= set(tags.get("train", {})):
-                return tags
+                return base, tags
             return None
 
-        tags = wait_for(base, proc, log_path, scalars_loaded)
+        base, tags = wait_for(proc, log_path, scalars_loaded)
         assert expected_arch <= set(tags["train"])
         assert set(tags["valid"]) == {"valid/loss", "valid/perplexity"}
 
@@ -117,7 +117,7 @@ def test_tensorboard_serves_training_tags(tmp_path):
         images = get_json(base, "/data/plugin/images/images", run="train", tag="arch/probabilities")
         assert [im["step"] for im in images] == [0, 3]
         with urllib.request.urlopen(
-            f"{base}/data/plugin/images/individualImage?{images[-1]['query']}", timeout=10
+            f"{base}/data/plugin/images/individualImage?{images[-1]['query']}", timeout=60
         ) as response:
             assert response.headers["Content-Type"] == "image/png"
             png = response.read()
