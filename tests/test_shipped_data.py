@@ -104,8 +104,10 @@ def test_python_without_lzma(tmp_path, wikitext2_root, monkeypatch):
 
 
 def _fresh_copy(src, dst):
-    """The project as a fresh clone has it: no builds, runs, logs or caches."""
-    skip_top = {".git", "data", "runs", "logs", "checkpoints", "models", ".pytest_cache"}
+    """The project as a fresh clone has it: no builds, runs, logs, caches or virtual
+    environment (the README's install puts `.venv` inside the clone: gigabytes)."""
+    skip_top = {".git", "data", "runs", "logs", "checkpoints", "models", ".pytest_cache",
+                ".venv", "venv"}
     shutil.copytree(src, dst, ignore=lambda d, names: [
         n for n in names if n in ("__pycache__", ".ipynb_checkpoints")
         or (os.path.samefile(d, src) and n in skip_top)])
