@@ -19,4 +19,20 @@ $B --models=lstm --d_model=128 --num_layers=3 --d_ffn=512 --out_dir=$OUT \
 # over the 256 bytes: windows of 128, 16 a step; 10% warm-up, cosine decay.
 $B --models=decoder --tokens_per_step=2048 --context=128 --stride=64 \
   --warmup_steps=$(( STEPS / 10 )) --out_dir=$OUT > $OUT/driver_decoder.log 2>&1
+# Equal time: the decoder gets the SHA-RNN's seconds in training steps (the slowest of the
+# three; the decoder is the faster of the two).
+STEPS_T=$(python - <<'PY'
+from experiments.compare_families import training_seconds
+from training.training_log import read_training_log
+out = "docs/results/baselines/bytes"
+sha = training_seconds(read_training_log(f"{out}/sha_rnn/training_log.log"), 2048)
+dec = training_seconds(read_training_log(f"{out}/decoder/training_log.log"), 2048)
+print(round(2500 * sha / dec))
+PY
+)
+mkdir -p docs/results/baselines/bytes_equal_time
+taskset -c 1 python -m experiments.baselines --data_dir=data/wt2_bytes16 --max_steps=$STEPS_T \
+  --models=decoder --tokens_per_step=2048 --context=128 --stride=64 \
+  --warmup_steps=$(( (STEPS_T + 5) / 10 )) --out_dir=docs/results/baselines/bytes_equal_time \
+  > docs/results/baselines/bytes_equal_time/driver_decoder.log 2>&1
 python -m experiments.baselines --summarize=docs/results/baselines
