@@ -333,6 +333,9 @@ class AdaptiveSpanAttention(RelativeMultiHeadAttention):
         the masks and the renormalisation see W keys per query instead of K.
         Keys farther than W have span mask 0 or lie past S, so leaving them out
         of the softmax changes nothing but the renormalisation epsilon's scale.
+        A segment whose length is a static multiple of QUERY_BLOCK (two blocks or
+        more) is scored block by block, each block of queries against the
+        W + QUERY_BLOCK keys its windows reach (`windowed_scores`).
 
         Args:
             query_input: [B, T, D]; kv_input: [B, K, D]; training: bool.
