@@ -58,6 +58,10 @@ _RENORM_EPSILON = 1e-8
 # model/transformer_xl/block_costs.py counts FLOPs with the same multiple.
 TRIM_MULTIPLE = 16
 SPAN_POSITIONS = ("relative", "learned")
+# With learned positions, queries are scored in blocks of this many, each block
+# against its own W + 64 keys instead of all W + T (when T is known when the
+# step is traced and is a multiple of it, with two blocks or more).
+QUERY_BLOCK = 64
 
 
 @keras.saving.register_keras_serializable(package="par")
@@ -112,6 +116,42 @@ def _skew(weights):
     flat = tf.slice(flat, tf.zeros([rank - 1], tf.int32),
                     tf.concat([tf.fill([rank - 2], -1), [qlen * (window + qlen)]], 0))
     return tf.reshape(flat, tf.concat([lead, [qlen, window + qlen]], 0))
+
+
+def query_blocks(qlen, block=QUERY_BLOCK):
+    """How many blocks of `block` queries a segment of `qlen` is scored in: qlen // block
+    when `qlen` is a static multiple of `block` of at least two blocks, else 1."""
+    if not isinstance(qlen, int) or qlen % block or qlen < 2 * block:
+        return 1
+    return qlen // block
+
+
+def windowed_scores(q, k, window, blocks=1):
+    """Content scores by window slot: [B, N, T, H] x [B, N, W + T, H] -> [B, N, T, W],
+    column l of row i being q_i . k_{i + l}; in `blocks` blocks of queries, each against
+    its own W + T/blocks keys (the same numbers, less work when W is small)."""
+    if blocks == 1:
+        return _unskew(tf.matmul(q, k, transpose_b=True), window)
+    shape, block = tf.shape(q), q.shape[2] // blocks
+    qb = tf.reshape(q, tf.concat([shape[:2], [blocks, block], shape[3:]], 0))
+    kb = tf.stack([tf.slice(k, [0, 0, j * block, 0], [-1, -1, window + block, -1])
+                   for j in range(blocks)], axis=2)  # [B, N, nb, W + Tb, H]
+    scores = _unskew(tf.matmul(qb, kb, transpose_b=True), window)  # [B, N, nb, Tb, W]
+    return tf.reshape(scores, tf.concat([shape[:3], [window]], 0))
+
+
+def windowed_context(weights, v, blocks=1):
+    """The inverse layout of `windowed_scores`: weights by window slot [B, N, T, W] times
+    values [B, N, W + T, H] -> [B, N, T, H], in `blocks` blocks of queries."""
+    if blocks == 1:
+        return tf.matmul(_skew(weights), v)
+    shape, block = tf.shape(weights), weights.shape[2] // blocks
+    window = shape[3]
+    wb = tf.reshape(weights, tf.concat([shape[:2], [blocks, block, window]], 0))
+    vb = tf.stack([tf.slice(v, [0, 0, j * block, 0], [-1, -1, window + block, -1])
+                   for j in range(blocks)], axis=2)  # [B, N, nb, W + Tb, H]
+    context = tf.matmul(_skew(wb), vb)  # [B, N, nb, Tb, H]
+    return tf.reshape(context, tf.concat([shape[:3], tf.shape(v)[3:]], 0))
 
 
 def adaptive_span_mask(spans, span_ramp, qlen, klen, dtype=tf.float32):
@@ -293,6 +333,9 @@ class AdaptiveSpanAttention(RelativeMultiHeadAttention):
         the masks and the renormalisation see W keys per query instead of K.
         Keys farther than W have span mask 0 or lie past S, so leaving them out
         of the softmax changes nothing but the renormalisation epsilon's scale.
+        A segment whose length is a static multiple of QUERY_BLOCK (two blocks or
+        more) is scored block by block, each block of queries against the
+        W + QUERY_BLOCK keys its windows reach (`windowed_scores`).
 
         Args:
             query_input: [B, T, D]; kv_input: [B, K, D]; training: bool.
@@ -314,7 +357,8 @@ class AdaptiveSpanAttention(RelativeMultiHeadAttention):
         q = project_heads(query_input, self.query_kernel) * scale  # [B, N, T, H]
         k = project_heads(kv_input, self.key_kernel)  # [B, N, W + T, H]
         v = project_heads(kv_input, self.value_kernel)  # [B, N, W + T, H]
-        content = _unskew(tf.matmul(q, k, transpose_b=True), window)  # [B, N, T, W]
+        blocks = query_blocks(query_input.shape[1])
+        content = windowed_scores(q, k, window, blocks)  # [B, N, T, W]
         rows = tf.reverse(tf.slice(tf.cast(table, self.compute_dtype), [0, 0], [window, -1]),
                           axis=[0])  # [W, H]
         position = tf.matmul(q, rows, transpose_b=True)  # [B, N, T, W], column l: distance W - l
@@ -331,10 +375,12 @@ class AdaptiveSpanAttention(RelativeMultiHeadAttention):
             (ramp + self.spans[:, None] - tf.cast(distance - 1, tf.float32)[None, :]) / ramp,
             0.0, 1.0)  # [N, W], the reference's mask at x - 1
         weights = weights * tf.where(visible, mask[:, None, :], 0.0)  # [B, N, T, W]
-        weights = weights / (tf.reduce_sum(weights, axis=-1, keepdims=True) + _RENORM_EPSILON)
+        # A product with the reciprocal: cheaper than a division, forward and backward.
+        weights = weights * tf.math.reciprocal(
+            tf.reduce_sum(weights, axis=-1, keepdims=True) + _RENORM_EPSILON)
         weights = self.attn_dropout_layer(weights, training=training)
         weights = tf.cast(weights, self.compute_dtype)
-        context = tf.matmul(_skew(weights), v)  # [B, N, T, H]
+        context = windowed_context(weights, v, blocks)  # [B, N, T, H]
         return merge_heads(context, self.output_kernel)  # [B, T, D]
 
     def call(self, x, mem=None, training=False, rel_bias=None, key_positions=None):

@@ -12,6 +12,9 @@ from model.layers.adaptive_span import (
     ClampConstraint,
     adaptive_span_mask,
     memory_keep_length,
+    query_blocks,
+    windowed_context,
+    windowed_scores,
 )
 from model.layers.relative_attention import RelativeMultiHeadAttention
 from tests.helpers.layers import check_config_round_trip, check_keras_reload
@@ -311,3 +314,51 @@ def test_learned_positions_config_and_call_errors():
         make_layer()(x, mem, key_positions=learned_table(8))
     with pytest.raises(ValueError, match="span_positions must be one of"):
         AdaptiveSpanAttention(D, N, H, span_positions="absolute")
+
+
+def test_query_blocks():
+    assert query_blocks(128) == 2 and query_blocks(256) == 4
+    assert query_blocks(64) == 1  # one block: nothing to gain
+    assert query_blocks(96) == 1 and query_blocks(1) == 1  # not a multiple
+    assert query_blocks(None) == 1  # unknown when traced
+    assert query_blocks(128, block=32) == 4
+
+
+@pytest.mark.parametrize("blocks", [2, 4])
+def test_blocked_scores_and_context_equal_the_whole_segment_s(blocks):
+    rng = np.random.default_rng(7)
+    qlen, window = 128, 48
+    q = tf.constant(rng.normal(size=(2, 3, qlen, 5)), tf.float32)
+    k = tf.constant(rng.normal(size=(2, 3, window + qlen, 5)), tf.float32)
+    v = tf.constant(rng.normal(size=(2, 3, window + qlen, 5)), tf.float32)
+    w = tf.constant(rng.normal(size=(2, 3, qlen, window)), tf.float32)
+    # The definitions, by loops: scores[i, l] = q_i . k_{i + l};
+    # context_i = sum_l w[i, l] v_{i + l}.
+    qn, kn, vn, wn = q.numpy(), k.numpy(), v.numpy(), w.numpy()
+    scores = np.stack([np.einsum("bnh,bnlh->bnl", qn[:, :, i], kn[:, :, i:i + window])
+                       for i in range(qlen)], axis=2)
+    context = np.stack([np.einsum("bnl,bnlh->bnh", wn[:, :, i], vn[:, :, i:i + window])
+                        for i in range(qlen)], axis=2)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch([q, k, v, w])
+        outs = {b: (windowed_scores(q, k, window, b), windowed_context(w, v, b))
+                for b in (1, blocks)}
+        losses = {b: tf.reduce_sum(s * s) + tf.reduce_sum(c * c) for b, (s, c) in outs.items()}
+    for b in (1, blocks):
+        np.testing.assert_allclose(outs[b][0].numpy(), scores, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(outs[b][1].numpy(), context, rtol=1e-5, atol=1e-5)
+    whole, blocked = (tape.gradient(losses[b], [q, k, v, w]) for b in (1, blocks))
+    for a, b in zip(whole, blocked):
+        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-5, atol=1e-4)
+
+
+def test_learned_positions_in_query_blocks_match_the_reference_loop():
+    """A 128-query segment is scored in two blocks of 64 (inside a traced step, where T is
+    known); the slow loop knows no blocks."""
+    layer = make_layer(spans=[0.2, 0.5], span_max=40, span_ramp=4, span_positions="learned")
+    table = learned_table(40)
+    x, mem = random_inputs(batch=1, qlen=128, mlen=40)
+    assert query_blocks(x.shape[1]) == 2
+    expected = slow_learned_attention(layer, table, x, mem, layer.spans.numpy(), 4)
+    step = tf.function(lambda x, m: layer(x, m, key_positions=table))
+    np.testing.assert_allclose(step(x, mem).numpy(), expected, rtol=1e-5, atol=1e-5)
