@@ -34,7 +34,7 @@ from the step's traced graph (`GradientSums`).
 16); `--precision mixed_bfloat16` any case under that policy. `--cases adaptive_span_small`
 profiles that preset's step (byte vocabulary, 4 layers, learned key positions, its
 Adagrad with the per-tensor throttle; batch 16 x 128, spans from their initial 0, so
-each layer attends over a 64-key window) as docs/results/adaptive_span_fidelity.md
+each layer attends over a 32-slot window) as docs/results/adaptive_span_fidelity.md
 trains it.
 
 Usage (from the project root):

@@ -53,8 +53,9 @@ _RENORM_EPSILON = 1e-8
 # Kept memory lengths (and the learned positions' key window) are rounded up
 # to this multiple, so the key length changes only now and then as the spans
 # move. The reference rounds to 64 (for PyTorch's allocator); 16 keeps the
-# window near the spans: 32 keys instead of 64 at spans near 0, a 1.09x
-# training step on adaptive_span_small (docs/results/adaptive_span_fidelity.md).
+# window near the spans: 32 keys instead of 64 at spans near 0 (the speed
+# bench went from 1.15x to 1.22x the reference's; docs/results/
+# adaptive_span_fidelity.md).
 # model/transformer_xl/block_costs.py counts FLOPs with the same multiple.
 TRIM_MULTIPLE = 16
 SPAN_POSITIONS = ("relative", "learned")
@@ -126,6 +127,13 @@ def query_blocks(qlen, block=QUERY_BLOCK):
     return qlen // block
 
 
+def _key_blocks(keys, window, blocks, block):
+    """[B, N, W + T, H] -> [B, N, nb, W + Tb, H]: the W + Tb keys (or values) the windows
+    of query block j reach, starting at key j Tb."""
+    return tf.stack([tf.slice(keys, [0, 0, j * block, 0], [-1, -1, window + block, -1])
+                     for j in range(blocks)], axis=2)
+
+
 def windowed_scores(q, k, window, blocks=1):
     """Content scores by window slot: [B, N, T, H] x [B, N, W + T, H] -> [B, N, T, W],
     column l of row i being q_i . k_{i + l}; in `blocks` blocks of queries, each against
@@ -134,8 +142,7 @@ def windowed_scores(q, k, window, blocks=1):
         return _unskew(tf.matmul(q, k, transpose_b=True), window)
     shape, block = tf.shape(q), q.shape[2] // blocks
     qb = tf.reshape(q, tf.concat([shape[:2], [blocks, block], shape[3:]], 0))
-    kb = tf.stack([tf.slice(k, [0, 0, j * block, 0], [-1, -1, window + block, -1])
-                   for j in range(blocks)], axis=2)  # [B, N, nb, W + Tb, H]
+    kb = _key_blocks(k, window, blocks, block)  # [B, N, nb, W + Tb, H]
     scores = _unskew(tf.matmul(qb, kb, transpose_b=True), window)  # [B, N, nb, Tb, W]
     return tf.reshape(scores, tf.concat([shape[:3], [window]], 0))
 
@@ -148,8 +155,7 @@ def windowed_context(weights, v, blocks=1):
     shape, block = tf.shape(weights), weights.shape[2] // blocks
     window = shape[3]
     wb = tf.reshape(weights, tf.concat([shape[:2], [blocks, block, window]], 0))
-    vb = tf.stack([tf.slice(v, [0, 0, j * block, 0], [-1, -1, window + block, -1])
-                   for j in range(blocks)], axis=2)  # [B, N, nb, W + Tb, H]
+    vb = _key_blocks(v, window, blocks, block)  # [B, N, nb, W + Tb, H]
     context = tf.matmul(_skew(wb), vb)  # [B, N, nb, Tb, H]
     return tf.reshape(context, tf.concat([shape[:3], tf.shape(v)[3:]], 0))
 
