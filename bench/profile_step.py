@@ -168,21 +168,33 @@ def trace_events(plane):
     return ops, sorted(markers), spans
 
 
+def step_of(markers):
+    """`index(start_ps)`: the step (index into the sorted `markers`) whose window holds an op
+    starting at start_ps, or None for an op outside every step."""
+    starts = [m[0] for m in markers]
+
+    def index(start):
+        k = bisect.bisect_right(starts, start) - 1
+        return k if k >= 0 and start < markers[k][1] else None
+
+    return index
+
+
 def analyse(plane, model_scope, gradient_sums=None, top=15):
     """Per-step averages of a captured run: categories, op types, wall-time split."""
     ops, markers, spans = trace_events(plane)
     steps = len(markers)
     if not steps:
         raise RuntimeError(f"no '{STEP_MARKER}' markers in the trace")
-    starts = [m[0] for m in markers]
+    step = step_of(markers)
     by_category, by_type, count_by_type = (collections.Counter() for _ in range(3))
     by_name = collections.defaultdict(collections.Counter)
     by_category_type = collections.defaultdict(collections.Counter)
     per_step_ops = [[] for _ in markers]
     outside = 0
     for name, op_type, start, end, self_ps in ops:
-        k = bisect.bisect_right(starts, start) - 1
-        if k < 0 or start >= markers[k][1]:
+        k = step(start)
+        if k is None:
             outside += 1
             continue
         category = classify(name, op_type, model_scope, gradient_sums)

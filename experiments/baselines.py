@@ -40,7 +40,6 @@ component). Results: docs/results/baselines.md.
 """
 
 import argparse
-import bisect
 import collections
 import json
 import math
@@ -348,7 +347,7 @@ def profile_decoder(args, steps=10, warmup=3):
     """Per-step op time of the decoder's training step (the one train_decoder runs, on the
     build's first batches), by op type and by component, from tf.profiler's host trace
     (read by bench.profile_step's reader: each op event's self time)."""
-    from bench.profile_step import STEP_MARKER, read_host_plane, trace_events
+    from bench.profile_step import STEP_MARKER, read_host_plane, step_of, trace_events
 
     meta = data_utils.load_meta(args.data_dir)
     model, step_fn = decoder_step(args, meta)
@@ -371,10 +370,9 @@ def profile_decoder(args, steps=10, warmup=3):
     finally:
         shutil.rmtree(logdir, ignore_errors=True)
     by_type, by_component, by_node = (collections.Counter() for _ in range(3))
-    starts = [m[0] for m in markers]
+    step = step_of(markers)
     for name, op_type, start, _, self_ps in ops:
-        k = bisect.bisect_right(starts, start) - 1
-        if k >= 0 and start < markers[k][1]:
+        if step(start) is not None:
             by_type[op_type] += self_ps
             by_component[decoder_component(name)] += self_ps
             by_node[name] += self_ps
