@@ -278,11 +278,24 @@ def test_learned_positions_match_the_reference_loop():
     layer = make_layer(spans=[0.3, 0.7], span_max=6, span_ramp=2, span_positions="learned")
     assert layer.position_kernel is None and layer.content_bias is None
     table = learned_table(6)
-    x, mem = random_inputs(qlen=4, mlen=5)  # K = 9 > S = 6: the window cuts keys too
     spans = layer.spans.numpy()
+    # Memory of 8: the 7 kept positions fill the window of 6 slots (every slot a real key,
+    # the select skipped); memory of 5: the window reaches past it (slots masked).
+    x, mem = random_inputs(qlen=4, mlen=8, seed=2)
+    np.testing.assert_allclose(layer(x, mem, key_positions=table).numpy(),
+                               slow_learned_attention(layer, table, x, mem, spans, 2),
+                               rtol=1e-5, atol=1e-5)
+    x, mem = random_inputs(qlen=4, mlen=5)  # K = 9 > S = 6: the window cuts keys too
     expected = slow_learned_attention(layer, table, x, mem, spans, 2)
     got = layer(x, mem, key_positions=table).numpy()
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    # A slot past the memory (query 0's distance 6) is masked before the softmax, not only by
+    # the span mask: a large score there must not take the weight of the real keys.
+    loud = table.copy()
+    loud[5] *= 1e3
+    np.testing.assert_allclose(layer(x, mem, key_positions=loud).numpy(),
+                               slow_learned_attention(layer, loud, x, mem, spans, 2),
+                               rtol=1e-5, atol=1e-5)
     # The table is used: another table gives another output.
     other = layer(x, mem, key_positions=learned_table(6, seed=4)).numpy()
     assert np.abs(other - got).max() > 1e-3
