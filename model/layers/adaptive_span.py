@@ -51,13 +51,12 @@ from model.layers.relative_attention import (
 # underflow gives zeros instead of NaN.
 _RENORM_EPSILON = 1e-8
 # Kept memory lengths (and the learned positions' key window) are rounded up
-# to this multiple, so the key length changes only now and then as the spans
-# move. The reference rounds to 64 (for PyTorch's allocator); 16 keeps the
-# window near the spans: 32 keys instead of 64 at spans near 0 (the speed
-# bench went from 1.15x to 1.22x the reference's; docs/results/
-# adaptive_span_fidelity.md).
+# to this multiple. The reference rounds to 64 (for PyTorch's allocator); here
+# the window follows the spans to the position: at the speed bench's spans a
+# multiple of 1 took 0.98x the step time of 16, and 16 had taken 0.95x that of
+# 64 (docs/results/adaptive_span_fidelity.md, Speed). Any multiple is exact.
 # model/transformer_xl/block_costs.py counts FLOPs with the same multiple.
-TRIM_MULTIPLE = 16
+TRIM_MULTIPLE = 1
 SPAN_POSITIONS = ("relative", "learned")
 # With learned positions, queries are scored in blocks of this many, each block
 # against its own W + 64 keys instead of all W + T (when T is known when the
@@ -186,8 +185,8 @@ def adaptive_span_mask(spans, span_ramp, qlen, klen, dtype=tf.float32):
 def memory_keep_length(spans, span_ramp, mlen):
     """Number of most recent memory positions that some query may still see.
 
-    Returns `L = min(M, ceil16(max_h z_h + R))` (ceil16: up to a multiple of
-    `TRIM_MULTIPLE`). Dropping the memory positions
+    Returns `L = min(M, ceil(max_h z_h + R))` (rounded up to a multiple of
+    `TRIM_MULTIPLE`, 1). Dropping the memory positions
     j < M - L is exact: such a key is at distance
     `x = M + i - j >= L + 1 + i > L >= max_h z_h + R` from every query i, so
     `R + z_h - x < 0` and its mask `m_h(x)` is 0 for every head (with learned
@@ -323,7 +322,7 @@ class AdaptiveSpanAttention(RelativeMultiHeadAttention):
 
     def _window(self, klen, qlen):
         """W, the distances 1..W that the scores cover: at most S, at most K - 1
-        (the farthest key of the last query), at most ceil16(max_h z_h + R) while
+        (the farthest key of the last query), at most ceil(max_h z_h + R) while
         trimming (a key farther than that has span mask 0)."""
         window = tf.minimum(self.span_max, klen - 1)
         if self.trim_memory and not xla.compiling_with_xla():
@@ -360,7 +359,8 @@ class AdaptiveSpanAttention(RelativeMultiHeadAttention):
         kv_input = tf.slice(kv_input, [0, klen + pad - qlen - window, 0], [-1, -1, -1])
         # [B, W + T, D]
         scale = 1.0 / math.sqrt(self.d_head)
-        q = project_heads(query_input, self.query_kernel) * scale  # [B, N, T, H]
+        # The scale on the [D, N, H] kernel, not on the [B, N, T, H] queries: one pass less.
+        q = project_heads(query_input, self.query_kernel * scale)  # [B, N, T, H], scaled
         k = project_heads(kv_input, self.key_kernel)  # [B, N, W + T, H]
         v = project_heads(kv_input, self.value_kernel)  # [B, N, W + T, H]
         blocks = query_blocks(query_input.shape[1])
@@ -375,7 +375,14 @@ class AdaptiveSpanAttention(RelativeMultiHeadAttention):
         visible = distance[None, :] <= (klen - qlen) + tf.range(qlen)[:, None]  # [T, W]
         if max_distance is not None:
             visible &= distance[None, :] <= max_distance
-        weights = tf.nn.softmax(tf.where(visible, logits, MASK_VALUE), axis=-1)
+        if max_distance is None:
+            # Once the memory holds W positions (every training step after the
+            # first), every slot is a real key: skip the select and its gradient.
+            logits = tf.cond(klen - qlen >= window, lambda: logits,
+                             lambda: tf.where(visible, logits, MASK_VALUE))
+        else:
+            logits = tf.where(visible, logits, MASK_VALUE)
+        weights = tf.nn.softmax(logits, axis=-1)
         ramp = float(self.span_ramp)
         mask = tf.clip_by_value(
             (ramp + self.spans[:, None] - tf.cast(distance - 1, tf.float32)[None, :]) / ramp,
