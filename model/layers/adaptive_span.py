@@ -52,9 +52,9 @@ from model.layers.relative_attention import (
 _RENORM_EPSILON = 1e-8
 # Kept memory lengths (and the learned positions' key window) are rounded up
 # to this multiple. The reference rounds to 64 (for PyTorch's allocator); here
-# the window follows the spans to the position: at the speed bench's spans a
-# multiple of 1 took 0.98x the step time of 16, and 16 had taken 0.95x that of
-# 64 (docs/results/adaptive_span_fidelity.md, Speed). Any multiple is exact.
+# the window follows the spans to the position (64 -> 16 moved the speed bench
+# from 1.15x to 1.22x the reference's; 1 is part of the fifth pass, 1.29x ->
+# 1.30x: docs/results/adaptive_span_fidelity.md, Speed). Any multiple is exact.
 # model/transformer_xl/block_costs.py counts FLOPs with the same multiple.
 TRIM_MULTIPLE = 1
 SPAN_POSITIONS = ("relative", "learned")
