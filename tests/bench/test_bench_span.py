@@ -45,7 +45,7 @@ def test_kept_memory_matches_the_layer(tmp_path):
         np.testing.assert_allclose(layer.spans.numpy(), spans, rtol=1e-6)
         kept = bs.kept_memory(spans, RAMP, SPAN_MAX)
         assert layer._select_memory(mem).shape[1] == kept
-    assert [bs.kept_memory(s, RAMP, SPAN_MAX) for s in SPANS] == [18, 38]  # max z + R, rounded up (to 1)
+    assert [bs.kept_memory(s, RAMP, SPAN_MAX) for s in SPANS] == [18, 38]  # max z + R
     assert bs.kept_memory([120.0], RAMP, SPAN_MAX) == 128
     assert bs.kept_memory([510.0], RAMP, SPAN_MAX) == SPAN_MAX  # never more than the memory
 
