@@ -51,12 +51,17 @@ from model.layers.relative_attention import (
 # underflow gives zeros instead of NaN.
 _RENORM_EPSILON = 1e-8
 # Kept memory lengths (and the learned positions' key window) are rounded up
-# to this multiple. The reference rounds to 64 (for PyTorch's allocator); here
-# the window follows the spans to the position (64 -> 16 moved the speed bench
-# from 1.15x to 1.22x the reference's; 1 is part of the fifth pass, 1.29x ->
-# 1.30x: docs/results/adaptive_span_fidelity.md, Speed). Any multiple is exact.
+# to this multiple, so the key length changes only now and then as the spans
+# move. The reference rounds to 64 (for PyTorch's allocator); 16 keeps the
+# window near the spans: 32 keys instead of 64 at spans near 0 (the speed
+# bench went from 1.15x to 1.22x the reference's; docs/results/
+# adaptive_span_fidelity.md). A multiple of 1 was faster still, but it made the
+# trimmed step differ from the untrimmed one beyond rounding: the renormalisation's
+# epsilon is scaled by the softmax sum over the kept keys, and a key just past
+# the span can hold most of that sum (test_generation's cache against full
+# recomputation failed by 5e-4).
 # model/transformer_xl/block_costs.py counts FLOPs with the same multiple.
-TRIM_MULTIPLE = 1
+TRIM_MULTIPLE = 16
 SPAN_POSITIONS = ("relative", "learned")
 # With learned positions, queries are scored in blocks of this many, each block
 # against its own W + 64 keys instead of all W + T (when T is known when the
@@ -185,8 +190,8 @@ def adaptive_span_mask(spans, span_ramp, qlen, klen, dtype=tf.float32):
 def memory_keep_length(spans, span_ramp, mlen):
     """Number of most recent memory positions that some query may still see.
 
-    Returns `L = min(M, ceil(max_h z_h + R))` (rounded up to a multiple of
-    `TRIM_MULTIPLE`, 1). Dropping the memory positions
+    Returns `L = min(M, ceil16(max_h z_h + R))` (ceil16: up to a multiple of
+    `TRIM_MULTIPLE`). Dropping the memory positions
     j < M - L is exact: such a key is at distance
     `x = M + i - j >= L + 1 + i > L >= max_h z_h + R` from every query i, so
     `R + z_h - x < 0` and its mask `m_h(x)` is 0 for every head (with learned
@@ -322,7 +327,7 @@ class AdaptiveSpanAttention(RelativeMultiHeadAttention):
 
     def _window(self, klen, qlen):
         """W, the distances 1..W that the scores cover: at most S, at most K - 1
-        (the farthest key of the last query), at most ceil(max_h z_h + R) while
+        (the farthest key of the last query), at most ceil16(max_h z_h + R) while
         trimming (a key farther than that has span mask 0)."""
         window = tf.minimum(self.span_max, klen - 1)
         if self.trim_memory and not xla.compiling_with_xla():

@@ -59,11 +59,11 @@ def test_mask_equals_formula():
 
 
 def test_memory_keep_length():
-    # ceil(max span + ramp) (TRIM_MULTIPLE is 1), at most M.
+    # ceil16(max span + ramp), at most M.
     assert int(memory_keep_length([0.0, 0.0], 32, 1000)) == 32
-    assert int(memory_keep_length([0.5, 0.0], 32, 1000)) == 33  # 32.5 -> 33
-    assert int(memory_keep_length([33.0, 1.0], 32, 1000)) == 65
-    assert int(memory_keep_length([33.0, 1.0], 32, 60)) == 60
+    assert int(memory_keep_length([0.5, 0.0], 32, 1000)) == 48  # 32.5 -> 48
+    assert int(memory_keep_length([33.0, 1.0], 32, 1000)) == 80  # 65 -> 80
+    assert int(memory_keep_length([33.0, 1.0], 32, 70)) == 70
     assert int(memory_keep_length([0.0], 32, 0)) == 0
 
 
@@ -100,12 +100,12 @@ def test_matches_slow_reference_with_span_mask(overrides):
 
 
 def test_trimming_is_exact_and_effective():
-    trimmed = make_layer(spans=[0.1, 0.25], span_max=16, span_ramp=4)  # max z + R = 8 -> keep 8
+    trimmed = make_layer(spans=[0.1, 0.25], span_max=16, span_ramp=4)  # max z + R = 8 -> keep 16
     full = make_layer(spans=[0.1, 0.25], span_max=16, span_ramp=4, trim_memory=False)
     x, mem = random_inputs(batch=1, qlen=4, mlen=80)
     expected = full(x, mem).numpy()
     poisoned = mem.copy()
-    poisoned[:, :72] = np.nan  # the 80 - 8 oldest positions must never be read
+    poisoned[:, :64] = np.nan  # the 80 - 16 oldest positions must never be read
     got = trimmed(x, poisoned).numpy()
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
     assert np.all(np.isnan(full(x, poisoned).numpy()))
@@ -117,7 +117,7 @@ def test_trimming_follows_span_variable_inside_tf_function():
     spec = tf.TensorSpec([None, None, D], tf.float32)
     step = tf.function(lambda x, m: layer(x, m), input_signature=[spec, spec])
     x, mem = random_inputs(batch=1, qlen=2, mlen=200)
-    for span, keep in ((0.1, 17), (1.0, 132)):  # z + R = 16.8 -> 17; 132
+    for span, keep in ((0.1, 32), (1.0, 144)):  # z + R = 16.8 -> 32; 132 -> 144
         layer.span.assign([span, 0.0])
         reference.span.assign([span, 0.0])
         assert int(memory_keep_length(layer.spans, 4, 200)) == keep
@@ -279,7 +279,7 @@ def test_learned_positions_match_the_reference_loop():
     assert layer.position_kernel is None and layer.content_bias is None
     table = learned_table(6)
     spans = layer.spans.numpy()
-    # Memory of 8: the 7 kept positions fill the window of 6 slots (every slot a real key,
+    # Memory of 8: the kept positions fill the window of 6 slots (every slot a real key,
     # the select skipped); memory of 5: the window reaches past it (slots masked).
     x, mem = random_inputs(qlen=4, mlen=8, seed=2)
     np.testing.assert_allclose(layer(x, mem, key_positions=table).numpy(),
@@ -307,10 +307,10 @@ def test_learned_positions_trimming_is_exact():
     kwargs = dict(spans=[0.05, 0.1], span_max=96, span_ramp=4, span_positions="learned")
     trimmed, full = make_layer(**kwargs), make_layer(trim_memory=False, **kwargs)
     table = learned_table(96)
-    x, mem = random_inputs(batch=1, qlen=4, mlen=96)  # max z + R = 13.6 -> keep 14
+    x, mem = random_inputs(batch=1, qlen=4, mlen=96)  # max z + R = 13.6 -> keep 16
     expected = full(x, mem, key_positions=table).numpy()
     poisoned = mem.copy()
-    poisoned[:, :82] = np.nan  # 96 - 14 oldest positions: never read
+    poisoned[:, :80] = np.nan  # 96 - 16 oldest positions: never read
     np.testing.assert_allclose(trimmed(x, poisoned, key_positions=table).numpy(), expected,
                                rtol=1e-5, atol=1e-5)
     assert np.all(np.isnan(full(x, poisoned, key_positions=table).numpy()))
