@@ -380,13 +380,10 @@ class AdaptiveSpanAttention(RelativeMultiHeadAttention):
         visible = distance[None, :] <= (klen - qlen) + tf.range(qlen)[:, None]  # [T, W]
         if max_distance is not None:
             visible &= distance[None, :] <= max_distance
-        if max_distance is None:
-            # Once the memory holds W positions (every training step after the
-            # first), every slot is a real key: skip the select and its gradient.
-            logits = tf.cond(klen - qlen >= window, lambda: logits,
-                             lambda: tf.where(visible, logits, MASK_VALUE))
-        else:
-            logits = tf.where(visible, logits, MASK_VALUE)
+        # Once the memory holds W positions (every training step after the first),
+        # every slot is a real key: skip the select and its gradient.
+        logits = tf.cond(tf.reduce_all(visible), lambda: logits,
+                         lambda: tf.where(visible, logits, MASK_VALUE))
         weights = tf.nn.softmax(logits, axis=-1)
         ramp = float(self.span_ramp)
         mask = tf.clip_by_value(
