@@ -6,7 +6,7 @@ and measures, in this process, the trainer's own training step
 (bench/bench_train.py's Case: forward, backward, clipping, Adam, memory
 threaded from step to step; Zipf-distributed ids, no input pipeline) for:
   * "adaptive span (learned)": the run's model with the run's learned spans:
-    memory older than ceil16(max_h z_h + R) is dropped before attention;
+    memory older than ceil(max_h z_h + R) is dropped before attention;
   * "fixed span": the same model with plain relative attention over the whole
     memory (mem_len keys, the adaptive model's maximum span when mem_len =
     span_max), the span every head would have without adaptive span;
@@ -72,7 +72,8 @@ def read_run(run_dir):
 
 
 def kept_memory(spans, span_ramp, mem_len):
-    """Memory positions an adaptive-span layer keeps: min(M, ceil16(max_h z_h + R))."""
+    """Memory positions an adaptive-span layer keeps: min(M, ceil(max_h z_h + R)) (rounded up
+    to a multiple of `TRIM_MULTIPLE`)."""
     from model.layers.adaptive_span import memory_keep_length
 
     return int(memory_keep_length(spans, span_ramp, mem_len))

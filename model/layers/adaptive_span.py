@@ -17,6 +17,14 @@ a key at distance `x = (M + i) - j` from query i is multiplied by
     m_h(x) = clamp((R + z_h - x) / R, 0, 1)        (0 for non-causal keys)
 
 and the weights are renormalised. `lambda * mean_h(z_h)` is the span loss.
+The product and the renormalisation are taken as one softmax over the keys in
+span, `log m_h(x)` added to the logits (`span_log_bias`):
+
+    a_ij = m(x_ij) exp(s_ij) / sum_j' m(x_ij') exp(s_ij')
+
+which is the reference's `m p / (sum(m p) + eps)` without its epsilon, whose
+term `eps sum_j' exp(s_ij')` runs over every key, in span or not. Without it,
+a key of mask 0 plays no part at all, so dropping it (trimming) is exact.
 
 Memory older than every query can see is dropped before attention, so compute
 and memory follow the learned spans (see `memory_keep_length`).
@@ -43,25 +51,20 @@ from model import xla
 from model.layers.relative_attention import (
     MASK_VALUE,
     RelativeMultiHeadAttention,
+    causal_mask,
     merge_heads,
     project_heads,
 )
 
-# Added to the renormalisation denominator: a row whose in-span weights all
-# underflow gives zeros instead of NaN.
-_RENORM_EPSILON = 1e-8
 # Kept memory lengths (and the learned positions' key window) are rounded up
-# to this multiple, so the key length changes only now and then as the spans
-# move. The reference rounds to 64 (for PyTorch's allocator); 16 keeps the
-# window near the spans: 32 keys instead of 64 at spans near 0 (the speed
-# bench went from 1.15x to 1.22x the reference's; docs/results/
-# adaptive_span_fidelity.md). A multiple of 1 was faster still, but it made the
-# trimmed step differ from the untrimmed one beyond rounding: the renormalisation's
-# epsilon is scaled by the softmax sum over the kept keys, and a key just past
-# the span can hold most of that sum (test_generation's cache against full
-# recomputation failed by 5e-4).
+# to this multiple. The reference rounds to 64 (for PyTorch's allocator); 1
+# keeps the window at the spans (docs/results/adaptive_span_fidelity.md). With
+# the in-span softmax any multiple is exact: a dropped key has mask 0.
 # model/transformer_xl/block_costs.py counts FLOPs with the same multiple.
-TRIM_MULTIPLE = 16
+TRIM_MULTIPLE = 1
+# log m for m = 0 would be -inf, and its gradient NaN: such keys take MASK_VALUE
+# and the log is taken of max(m, _LOG_FLOOR).
+_LOG_FLOOR = 1e-30
 SPAN_POSITIONS = ("relative", "learned")
 # With learned positions, queries are scored in blocks of this many, each block
 # against its own W + 64 keys instead of all W + T (when T is known when the
@@ -185,6 +188,22 @@ def adaptive_span_mask(spans, span_ramp, qlen, klen, dtype=tf.float32):
     mask = tf.clip_by_value((ramp + spans[:, None, None] - distance) / ramp, 0.0, 1.0)  # [N, T, K]
     mask = tf.where(distance >= 0.0, mask, 0.0)
     return tf.cast(mask, dtype)
+
+
+def span_log_bias(mask, keep):
+    """The in-span softmax's bias: `log m` where `keep`, MASK_VALUE elsewhere.
+
+    Args:
+        mask: float32 span mask m in [0, 1] (any shape).
+        keep: bool, broadcastable to `mask`: the keys a query may see at all.
+
+    Returns:
+        float32, the broadcast shape: added to the logits, `softmax(logits + bias)`
+        is `m exp(logits)` renormalised over the keys of nonzero mask.
+    """
+    keep = tf.logical_and(keep, mask > 0.0)
+    # The floor keeps the unselected branch's log, and so its gradient, finite.
+    return tf.where(keep, tf.math.log(tf.maximum(mask, _LOG_FLOOR)), MASK_VALUE)
 
 
 def memory_keep_length(spans, span_ramp, mlen):
@@ -313,12 +332,12 @@ class AdaptiveSpanAttention(RelativeMultiHeadAttention):
         return mem[:, mlen - keep :]  # [B, M', D]
 
     def _attention_weights(self, logits, max_distance=None):
-        # Relative positions only: learned ones take `_attend_window`.
-        weights = super()._attention_weights(logits, max_distance)  # [B, N, T, K]
+        # Relative positions only: learned ones take `_attend_window`. A query
+        # always sees itself (distance 0, mask 1), so no row is empty.
         shape = tf.shape(logits)
         mask = adaptive_span_mask(self.spans, self.span_ramp, shape[-2], shape[-1])  # [N, T, K]
-        weights = weights * mask
-        return weights / (tf.reduce_sum(weights, axis=-1, keepdims=True) + _RENORM_EPSILON)
+        bias = span_log_bias(mask, causal_mask(shape[-2], shape[-1], max_distance))
+        return tf.nn.softmax(logits + bias, axis=-1)  # [B, N, T, K]
 
     def _attend(self, query_input, kv_input, training, positions, max_distance=None):
         if self.relative_positions:
@@ -339,10 +358,9 @@ class AdaptiveSpanAttention(RelativeMultiHeadAttention):
         """Learned key positions over each query's window of W keys before it.
 
         As the reference (models.py `_skew` / `_unskew`), scores are laid out
-        `[B, N, T, W]` by distance (column l: distance W - l), so the softmax,
-        the masks and the renormalisation see W keys per query instead of K.
-        Keys farther than W have span mask 0 or lie past S, so leaving them out
-        of the softmax changes nothing but the renormalisation epsilon's scale.
+        `[B, N, T, W]` by distance (column l: distance W - l), so the in-span
+        softmax and the masks see W keys per query instead of K. Keys farther
+        than W have span mask 0 or lie past S: leaving them out changes nothing.
         A segment whose length is a static multiple of QUERY_BLOCK (two blocks or
         more) is scored block by block, each block of queries against the
         W + QUERY_BLOCK keys its windows reach (`windowed_scores`).
@@ -373,26 +391,23 @@ class AdaptiveSpanAttention(RelativeMultiHeadAttention):
         rows = tf.reverse(tf.slice(tf.cast(table, self.compute_dtype), [0, 0], [window, -1]),
                           axis=[0])  # [W, H]
         position = tf.matmul(q, rows, transpose_b=True)  # [B, N, T, W], column l: distance W - l
-        logits = tf.cast(content + position, tf.float32)  # [B, N, T, W]
         distance = window - tf.range(window)  # [W]
         # A slot is a real key when its distance reaches no further back than
         # the keys given (M + i for query i), and within max_distance.
         visible = distance[None, :] <= (klen - qlen) + tf.range(qlen)[:, None]  # [T, W]
         if max_distance is not None:
             visible &= distance[None, :] <= max_distance
-        # Once the memory holds W positions (every training step after the first),
-        # every slot is a real key: skip the select and its gradient.
-        logits = tf.cond(tf.reduce_all(visible), lambda: logits,
-                         lambda: tf.where(visible, logits, MASK_VALUE))
-        weights = tf.nn.softmax(logits, axis=-1)
         ramp = float(self.span_ramp)
         mask = tf.clip_by_value(
             (ramp + self.spans[:, None] - tf.cast(distance - 1, tf.float32)[None, :]) / ramp,
             0.0, 1.0)  # [N, W], the reference's mask at x - 1
-        weights = weights * tf.where(visible, mask[:, None, :], 0.0)  # [B, N, T, W]
-        # A product with the reciprocal: cheaper than a division, forward and backward.
-        weights = weights * tf.math.reciprocal(
-            tf.reduce_sum(weights, axis=-1, keepdims=True) + _RENORM_EPSILON)
+        bias = span_log_bias(mask[:, None, :], visible)  # [N, T, W]
+        weights = tf.nn.softmax(tf.cast(content + position, tf.float32) + bias, axis=-1)
+        # Query 0 of an empty memory has no key (distance 0 is not attended): its
+        # row would be uniform over masked slots; the reference's gives zeros.
+        has_key = visible[:, -1:]  # [T, 1], distance 1
+        weights = tf.cond(tf.reduce_all(has_key), lambda: weights,
+                          lambda: weights * tf.cast(has_key, weights.dtype))
         weights = self.attn_dropout_layer(weights, training=training)
         weights = tf.cast(weights, self.compute_dtype)
         context = windowed_context(weights, v, blocks)  # [B, N, T, H]

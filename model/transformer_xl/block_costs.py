@@ -10,7 +10,7 @@ import math
 
 # The adaptive-span layer keeps memory in multiples of this many positions
 # (model/layers/adaptive_span.py's TRIM_MULTIPLE; a test keeps them equal).
-SPAN_TRIM_MULTIPLE = 16
+SPAN_TRIM_MULTIPLE = 1
 
 
 def _kept_memory(config, mem_len, span):

@@ -45,7 +45,7 @@ def test_kept_memory_matches_the_layer(tmp_path):
         np.testing.assert_allclose(layer.spans.numpy(), spans, rtol=1e-6)
         kept = bs.kept_memory(spans, RAMP, SPAN_MAX)
         assert layer._select_memory(mem).shape[1] == kept
-    assert [bs.kept_memory(s, RAMP, SPAN_MAX) for s in SPANS] == [32, 48]  # 18, 38 -> ceil16
+    assert [bs.kept_memory(s, RAMP, SPAN_MAX) for s in SPANS] == [18, 38]  # max span + ramp
     assert bs.kept_memory([120.0], RAMP, SPAN_MAX) == 128
     assert bs.kept_memory([510.0], RAMP, SPAN_MAX) == SPAN_MAX  # never more than the memory
 
@@ -62,7 +62,7 @@ def test_quick_run_measures_three_networks(tmp_path, capsys):
     assert result["spans"] == SPANS and result["batch_size"] == 8 and result["seq_len"] == 64
     assert rows[bs.LEARNED]["mean_span"] == pytest.approx(np.mean(SPANS))
     assert rows[bs.MAXIMUM]["mean_span"] == SPAN_MAX and rows[bs.FIXED]["mean_span"] is None
-    assert rows[bs.LEARNED]["kept_memory"] == [32, 48]
+    assert rows[bs.LEARNED]["kept_memory"] == [18, 38]
     assert rows[bs.FIXED]["kept_memory"] == rows[bs.MAXIMUM]["kept_memory"] == [SPAN_MAX] * 2
     for row in rows.values():
         assert row["tokens_per_sec"] > 0 and len(row["samples_s"]) == 2 and row["peak_bytes"] > 0
@@ -71,7 +71,7 @@ def test_quick_run_measures_three_networks(tmp_path, capsys):
     # allocator's peak with them (a count of bytes, not a timing).
     assert rows[bs.LEARNED]["peak_bytes"] < rows[bs.FIXED]["peak_bytes"]
     assert rows[bs.LEARNED]["peak_bytes"] < rows[bs.MAXIMUM]["peak_bytes"]
-    assert "| adaptive span (learned) | 12 | 32, 48 |" in result["markdown"]
+    assert "| adaptive span (learned) | 12 | 18, 38 |" in result["markdown"]
 
 
 def test_user_errors_exit_1_with_one_message(tmp_path, capsys):

@@ -59,12 +59,21 @@ def test_mask_equals_formula():
 
 
 def test_memory_keep_length():
-    # ceil16(max span + ramp), at most M.
+    # ceil(max span + ramp), at most M.
     assert int(memory_keep_length([0.0, 0.0], 32, 1000)) == 32
+    assert int(memory_keep_length([0.5, 0.0], 32, 1000)) == 33  # 32.5 -> 33
+    assert int(memory_keep_length([33.0, 1.0], 32, 1000)) == 65
+    assert int(memory_keep_length([33.0, 1.0], 32, 60)) == 60
+    assert int(memory_keep_length([0.0], 32, 0)) == 0
+
+
+def test_memory_keep_length_rounds_to_the_multiple(monkeypatch):
+    import model.layers.adaptive_span as adaptive_span
+
+    monkeypatch.setattr(adaptive_span, "TRIM_MULTIPLE", 16)
     assert int(memory_keep_length([0.5, 0.0], 32, 1000)) == 48  # 32.5 -> 48
     assert int(memory_keep_length([33.0, 1.0], 32, 1000)) == 80  # 65 -> 80
     assert int(memory_keep_length([33.0, 1.0], 32, 70)) == 70
-    assert int(memory_keep_length([0.0], 32, 0)) == 0
 
 
 def test_block_costs_trim_with_the_layers_multiple():
@@ -100,15 +109,20 @@ def test_matches_slow_reference_with_span_mask(overrides):
 
 
 def test_trimming_is_exact_and_effective():
-    trimmed = make_layer(spans=[0.1, 0.25], span_max=16, span_ramp=4)  # max z + R = 8 -> keep 16
+    trimmed = make_layer(spans=[0.1, 0.25], span_max=16, span_ramp=4)  # max z + R = 8 -> keep 8
     full = make_layer(spans=[0.1, 0.25], span_max=16, span_ramp=4, trim_memory=False)
     x, mem = random_inputs(batch=1, qlen=4, mlen=80)
     expected = full(x, mem).numpy()
     poisoned = mem.copy()
-    poisoned[:, :64] = np.nan  # the 80 - 16 oldest positions must never be read
+    poisoned[:, :72] = np.nan  # the 80 - 8 oldest positions must never be read
     got = trimmed(x, poisoned).numpy()
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
     assert np.all(np.isnan(full(x, poisoned).numpy()))
+    # Large keys just past the spans (their scores far above the rest) change nothing either.
+    loud = mem.copy()
+    loud[:, 60:72] *= 30.0
+    np.testing.assert_allclose(trimmed(x, loud).numpy(), full(x, loud).numpy(),
+                               rtol=1e-5, atol=1e-5)
 
 
 def test_trimming_follows_span_variable_inside_tf_function():
@@ -117,7 +131,7 @@ def test_trimming_follows_span_variable_inside_tf_function():
     spec = tf.TensorSpec([None, None, D], tf.float32)
     step = tf.function(lambda x, m: layer(x, m), input_signature=[spec, spec])
     x, mem = random_inputs(batch=1, qlen=2, mlen=200)
-    for span, keep in ((0.1, 32), (1.0, 144)):  # z + R = 16.8 -> 32; 132 -> 144
+    for span, keep in ((0.1, 17), (1.0, 132)):  # z + R = 16.8 -> 17; 132
         layer.span.assign([span, 0.0])
         reference.span.assign([span, 0.0])
         assert int(memory_keep_length(layer.spans, 4, 200)) == keep
@@ -234,13 +248,15 @@ def test_bad_arguments_name_the_field(kwargs, field):
 # ---------------------------------------------- learned key positions (the reference's)
 
 
-def slow_learned_attention(layer, table, x, mem, spans, ramp):
+def slow_learned_attention(layer, table, x, mem, spans, ramp, renorm_eps=1e-8):
     """The adaptive-span reference's attention (models.py, adaptive_span.py), one
     (b, i, n) at a time, in float64: query i sees the keys at distances
     1..S (not itself), score (q . k + q . P[x - 1]) / sqrt(H), softmax, times
     the reference's mask clamp((R + z + 1 - x) / R, 0, 1) (its template
     `linspace(1 - S, 0, S) + z`, divided by R, plus 1), renormalised with
-    1e-8; post-norm residual as in `TransformerSeqLayer`."""
+    `renorm_eps` (the reference's 1e-8); post-norm residual as in
+    `TransformerSeqLayer`. `renorm_eps=None`: the layer's in-span softmax
+    m exp(s) / sum(m exp(s)) over the keys of nonzero mask, in log space."""
     w = {v.path.split("/")[-1]: np.asarray(v.numpy(), np.float64) for v in layer.weights}
     table = np.asarray(table, np.float64)
     x, mem = np.asarray(x, np.float64), np.asarray(mem, np.float64)
@@ -257,11 +273,18 @@ def slow_learned_attention(layer, table, x, mem, spans, ramp):
                     continue
                 scores = [(q @ (keys[b, j] @ w["key_kernel"][:, n])
                            + q @ table[mlen + i - j - 1]) / np.sqrt(layer.d_head) for j in seen]
-                p = np.exp(np.array(scores) - max(scores))
-                p /= p.sum()
-                p *= [min(1.0, max(0.0, (ramp + spans[n] + 1 - (mlen + i - j)) / ramp))
-                      for j in seen]
-                p /= p.sum() + 1e-8
+                m = np.array([min(1.0, max(0.0, (ramp + spans[n] + 1 - (mlen + i - j)) / ramp))
+                              for j in seen])
+                if renorm_eps is None:
+                    logits = np.where(m > 0, np.array(scores) + np.log(np.maximum(m, 1e-300)),
+                                      -np.inf)
+                    p = np.exp(logits - logits.max())
+                    p /= p.sum()
+                else:
+                    p = np.exp(np.array(scores) - max(scores))
+                    p /= p.sum()
+                    p *= m
+                    p /= p.sum() + renorm_eps
                 attn += (p @ np.array([keys[b, j] @ w["value_kernel"][:, n] for j in seen])
                          ) @ w["output_kernel"][n]
             out[b, i] = x[b, i] + attn
@@ -290,11 +313,18 @@ def test_learned_positions_match_the_reference_loop():
     got = layer(x, mem, key_positions=table).numpy()
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
     # A slot past the memory (query 0's distance 6) is masked before the softmax, not only by
-    # the span mask: a large score there must not take the weight of the real keys.
+    # the span mask: a large score there must not take the weight of the real keys. (Where a
+    # key of mask 0 has such a score, the reference's renormalisation gives rounding noise
+    # (its epsilon is most of the denominator) and the in-span softmax ignores the key.)
     loud = table.copy()
     loud[5] *= 1e3
     np.testing.assert_allclose(layer(x, mem, key_positions=loud).numpy(),
-                               slow_learned_attention(layer, loud, x, mem, spans, 2),
+                               slow_learned_attention(layer, loud, x, mem, spans, 2, None),
+                               rtol=1e-5, atol=1e-5)
+    # An empty memory: query 0 has no key at all (the reference attends nowhere: zeros).
+    x, mem = random_inputs(qlen=4, mlen=0, seed=5)
+    np.testing.assert_allclose(layer(x, mem, key_positions=table).numpy(),
+                               slow_learned_attention(layer, table, x, mem, spans, 2),
                                rtol=1e-5, atol=1e-5)
     # The table is used: another table gives another output.
     other = layer(x, mem, key_positions=learned_table(6, seed=4)).numpy()
@@ -307,13 +337,20 @@ def test_learned_positions_trimming_is_exact():
     kwargs = dict(spans=[0.05, 0.1], span_max=96, span_ramp=4, span_positions="learned")
     trimmed, full = make_layer(**kwargs), make_layer(trim_memory=False, **kwargs)
     table = learned_table(96)
-    x, mem = random_inputs(batch=1, qlen=4, mlen=96)  # max z + R = 13.6 -> keep 16
+    x, mem = random_inputs(batch=1, qlen=4, mlen=96)  # max z + R = 13.6 -> keep 14
     expected = full(x, mem, key_positions=table).numpy()
     poisoned = mem.copy()
-    poisoned[:, :80] = np.nan  # 96 - 16 oldest positions: never read
+    poisoned[:, :82] = np.nan  # 96 - 14 oldest positions: never read
     np.testing.assert_allclose(trimmed(x, poisoned, key_positions=table).numpy(), expected,
                                rtol=1e-5, atol=1e-5)
     assert np.all(np.isnan(full(x, poisoned, key_positions=table).numpy()))
+    # Keys just past the spans with large scores: a renormalisation whose epsilon is scaled
+    # by the softmax sum over every key would let them change the output; dropping them
+    # changes nothing.
+    loud = table.copy()
+    loud[14:20] *= 1e2
+    np.testing.assert_allclose(trimmed(x, mem, key_positions=loud).numpy(),
+                               full(x, mem, key_positions=loud).numpy(), rtol=1e-5, atol=1e-5)
 
 
 def test_learned_positions_config_and_call_errors():

@@ -73,10 +73,10 @@ def test_supernet_and_identity_architectures():
 
 def test_adaptive_span_trims_memory_to_span_plus_ramp():
     config = TINY.replace(attention="adaptive_span", span_max=256, span_ramp=32)
-    # span 10 + ramp 32 = 42 -> 48 kept of M = 100: K = 52.
+    # span 10 + ramp 32 = 42 kept of M = 100: K = 46.
     trimmed = attention_flops_per_token(config, seq_len=4, mem_len=100, span=10)
-    assert trimmed["total"] == attention_flops_per_token(TINY, seq_len=4, mem_len=48)["total"]
-    # span 70 + 32 = 102 -> 112 > M: nothing trimmed.
+    assert trimmed["total"] == attention_flops_per_token(TINY, seq_len=4, mem_len=42)["total"]
+    # span 70 + 32 = 102 > M: nothing trimmed.
     full = attention_flops_per_token(config, seq_len=4, mem_len=100, span=70)
     assert full["total"] == attention_flops_per_token(TINY, seq_len=4, mem_len=100)["total"]
     out = flops.forward_flops_per_token(config, "af", seq_len=4, mem_len=100, spans=[10])
