@@ -337,8 +337,8 @@ def test_learned_positions_match_the_reference_loop():
     assert layer.position_kernel is None and layer.content_bias is None
     table = learned_table(6)
     spans = layer.spans.numpy()
-    # Memory of 8: the kept positions fill the window of 6 slots (every slot a real key,
-    # the select skipped); memory of 5: the window reaches past it (slots masked).
+    # Memory of 8: the kept positions fill the window of 6 slots (every slot a real key);
+    # memory of 5: the window reaches past it (slots masked).
     x, mem = random_inputs(qlen=4, mlen=8, seed=2)
     np.testing.assert_allclose(layer(x, mem, key_positions=table).numpy(),
                                slow_learned_attention(layer, table, x, mem, spans, 2),
@@ -357,9 +357,9 @@ def test_learned_positions_match_the_reference_loop():
                                slow_learned_attention(layer, loud, x, mem, spans, 2, None),
                                rtol=1e-5, atol=1e-5)
     # An empty memory: query 0 has no key at all (the reference attends nowhere: zeros).
-    x, mem = random_inputs(qlen=4, mlen=0, seed=5)
-    np.testing.assert_allclose(layer(x, mem, key_positions=table).numpy(),
-                               slow_learned_attention(layer, table, x, mem, spans, 2),
+    x0, empty = random_inputs(qlen=4, mlen=0, seed=5)
+    np.testing.assert_allclose(layer(x0, empty, key_positions=table).numpy(),
+                               slow_learned_attention(layer, table, x0, empty, spans, 2),
                                rtol=1e-5, atol=1e-5)
     # The table is used: another table gives another output.
     other = layer(x, mem, key_positions=learned_table(6, seed=4)).numpy()
