@@ -20,6 +20,11 @@
 # run directory; a run resumed with a smaller --max_steps/--epochs keeps the
 # schedules of its first start and says it was cut short when it ends.
 #
+# --recipe=NAME (training/recipes.py, docs/training.md#recipes): the weights'
+# optimisation and the run's length come from the recipe instead of the seed
+# recipe's flags below (Adam 1e-3, cosine to 1e-5, clip 0.25, 20 epochs);
+# with --pipeline the derived network trains the recipe's length.
+#
 # Afterwards, train the derived architecture from scratch (PAR's second stage):
 #   ./base_model.sh --model_dir=runs/wt2_base_derived \
 #       --architecture=runs/wt2_base_supernet --arch_warmup_steps=0
@@ -40,6 +45,7 @@ require_python
 
 quick=0
 pipeline=0
+recipe=0
 args=()
 for arg in "$@"; do
   if [[ "$arg" == "--quick" ]]; then
@@ -47,9 +53,14 @@ for arg in "$@"; do
   elif [[ "$arg" == "--pipeline" ]]; then
     pipeline=1
   else
+    [[ "$arg" == --recipe=* ]] && recipe=1
     args+=("$arg")
   fi
 done
+if [[ " $* " == *" --recipe "* ]]; then
+  echo "error: give the recipe as --recipe=NAME (one word), e.g. --recipe=fast" >&2
+  exit 1
+fi
 
 if [[ $quick -eq 1 && $pipeline -eq 1 ]]; then
   echo "error: --quick and --pipeline are two different runs: give one of them" >&2
@@ -59,24 +70,28 @@ elif [[ $pipeline -eq 1 ]]; then
   length=(--model_dir=runs/wt2_base_pipeline --epochs=2 --warmup_steps=1000
           --arch_warmup_steps=2000 --eval_interval=2500 --checkpoint_interval=2500
           --freeze_threshold=0 --stop_rule=stable --stop_window=1000 --then_retrain
-          --retrain_epochs=20
           --export=runs/wt2_base_pipeline.keras)
+  # The derived network's length: the recipe's, or the seed recipe's 20 epochs.
+  [[ $recipe -eq 1 ]] || length+=(--retrain_epochs=20)
 elif [[ $quick -eq 1 ]]; then
   length=(--model_dir=runs/wt2_base_quick --max_steps=3000 --warmup_steps=300
           --arch_warmup_steps=600 --eval_interval=500 --checkpoint_interval=500)
 else
-  length=(--model_dir=runs/wt2_base_supernet --epochs=20 --warmup_steps=1000
-          --arch_warmup_steps=2000 --eval_interval=2500 --checkpoint_interval=2500)
+  length=(--model_dir=runs/wt2_base_supernet --arch_warmup_steps=2000 --eval_interval=2500
+          --checkpoint_interval=2500)
+  [[ $recipe -eq 1 ]] || length+=(--epochs=20 --warmup_steps=1000)
 fi
+
+# The weights' optimisation: the seed project's recipe (training/recipes.py,
+# `seed`) unless a --recipe=NAME is given, whose values then apply instead.
+optimisation=()
+[[ $recipe -eq 1 ]] || optimisation=(--optimizer=adam --learning_rate=1e-3
+                                     --lr_schedule=cosine --min_lr=1e-5 --clip_norm=0.25)
 
 exec "${PYTHON:-python3}" train.py \
   --preset=wt2_base \
   --data_dir=data/wikitext2 \
-  --optimizer=adam \
-  --learning_rate=1e-3 \
-  --lr_schedule=cosine \
-  --min_lr=1e-5 \
-  --clip_norm=0.25 \
+  ${optimisation[@]+"${optimisation[@]}"} \
   --tau_start=1.0 \
   --tau_end=0.1 \
   --tau_schedule=exponential \

@@ -178,9 +178,31 @@ def _define_model_flags(define, define_field):
         define_field(field, group, _model_flag_help(name, owners), None)
 
 
-def _model_config(fv, meta):
-    """(family, preset, model config) from --model_family, --preset, the model flags and
-    the data's vocab."""
+def recipe_values(fv):
+    """The values --recipe gives to the flags not on the command line (name -> value).
+
+    Raises:
+        ConfigError: a flag given with another value than the recipe's settings.
+    """
+    from training import recipes
+
+    if not fv.recipe:
+        return {}
+    recipe = recipes.get_recipe(fv.recipe)
+    applied = {}
+    for name, value in recipe.values.items():
+        if fv[name].present:
+            problem = recipes.contradiction(recipe, name, fv[name].value)
+            if problem:
+                raise ConfigError(problem)
+        else:
+            applied[name] = value
+    return applied
+
+
+def _model_config(fv, meta, recipe=None):
+    """(family, preset, model config) from --model_family, --preset, the model flags (and
+    the model fields --recipe sets, `recipe_values`) and the data's vocab."""
     from model.families import get_family
 
     family = get_family(fv.model_family)
@@ -198,12 +220,18 @@ def _model_config(fv, meta):
     for name in SPECIAL_MODEL_FLAGS:
         if fv[name].value is not None and name not in own:
             raise ConfigError(f"--{name} does not apply to --model_family={family.name}: drop it")
+    model_fields = set(model_flag_fields())
+    for name in sorted(model_fields.intersection(recipe or {}) - own):
+        raise ConfigError(f"--recipe={fv.recipe} sets --{name}, which --model_family="
+                          f"{family.name} does not have: drop --recipe for this family")
     vocab = meta["vocab_size"]
     overrides = {"vocab_size": vocab}
     for name in own:
         if name not in SPECIAL_MODEL_FLAGS and fv[name].value is not None:
             value = fv[name].value
             overrides[name] = _int_list(name, value) if isinstance(value, list) else value
+        elif name in (recipe or {}):
+            overrides[name] = recipe[name]
     if fv.architecture is not None:
         num_blocks = overrides.get("num_blocks", family.presets[preset].get("num_blocks"))
         overrides["architecture"] = _architecture(fv.architecture, num_blocks, preset)
@@ -297,16 +325,20 @@ def config_from_flags(fv):
                           "directory ./create_tfrecords.sh or build_data.py wrote, the one "
                           "holding meta.json (e.g. data/wikitext2)")
     meta = data_utils.load_meta(fv.data_dir)
-    family, preset, model = _model_config(fv, meta)
+    recipe = recipe_values(fv)
+    family, preset, model = _model_config(fv, meta, recipe)
     values = {name: fv[name].value for name in _DEFAULTS if name in fv}
     sections = section_flag_fields()
     for section, fields in sections.items():
         values[section] = {f.name: fv[f.name].value for f in fields}
-    # The preset's recommended training settings, where no flag was given.
-    for name, value in family.train_defaults.get(preset, {}).items():
-        if not fv[name].present:
-            section = next((s for s, fields in sections.items()
-                            if name in {f.name for f in fields}), None)
+    # The preset's recommended training settings where no flag was given, then the
+    # recipe's (`recipe` holds only flags not given; the user chose it over the preset).
+    preset_values = {name: value for name, value in family.train_defaults.get(preset, {}).items()
+                     if not fv[name].present}
+    for name, value in {**preset_values, **recipe}.items():
+        section = next((s for s, fields in sections.items()
+                        if name in {f.name for f in fields}), None)
+        if section or name in values:
             (values[section] if section else values)[name] = value
     values.update(
         data_dir=fv.data_dir, model_dir=fv.model_dir, model=model, model_family=family.name,
@@ -314,7 +346,7 @@ def config_from_flags(fv):
         seq_len=meta["seq_len"] if fv.seq_len is None else fv.seq_len,
         batch_size=meta["batch_size"] if fv.batch_size is None else fv.batch_size,
         eval_mem_len=model.mem_len if fv.eval_mem_len is None else fv.eval_mem_len,
-        logdir=fv.logdir or "")
+        logdir=fv.logdir or "", recipe=fv.recipe or "")
     config = TrainConfig(**values)
     config_checks.check_data(config, meta)
     return config, fv.overwrite

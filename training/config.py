@@ -43,6 +43,7 @@ from training.plan import (  # noqa: F401  (the run's plan, for the callers that
     capped_warmup,
     total_steps,
 )
+from training.recipes import RECIPES
 
 NONFINITE_POLICIES = ("stop", "skip")
 # At least two checkpoints are kept: a damaged newest one leaves one to resume from.
@@ -125,6 +126,12 @@ class TrainConfig(ConfigBase):
     eval_mem_len: int = _field(16, "model", "Memory length at evaluation, >= 0 (default: "
                                "--mem_len).", **_FROM_ELSEWHERE)
     # Optimisation of the weights.
+    recipe: str = _field(
+        "", "optimisation", "A named training recipe (training/recipes.py) that sets the flags "
+        "it names where they are not given; a flag given with another value than the recipe's "
+        "is refused, but its length (--epochs, --warmup_steps) may be changed. " + " ".join(
+            f"{name}: {recipe.help}" for name, recipe in RECIPES.items()), ("", *RECIPES),
+        **_FROM_ELSEWHERE)
     optimizer: str = _field(
         "adam", "optimisation", "Weights optimizer (training/optimizers/): " + " ".join(
             f"{name}: {spec.help}" for name, spec in _OPTIMIZER_TABLE.items()),

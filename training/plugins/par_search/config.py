@@ -89,8 +89,9 @@ class SearchConfig(ConfigBase):
         0.05, "--stop_rule=stable: guard against a late turn: a block whose lead fell by more "
         "than this within the window is not decided.")
     retrain_epochs: int = _field(
-        0, "--then_retrain: epochs of the derived network's training (0: the search's own "
-        "--epochs / --max_steps). The search then keeps its own, shorter schedule.")
+        0, "--then_retrain: epochs of the derived network's training (0: the --recipe's "
+        "length with a recipe, else the search's own --epochs / --max_steps). The search then "
+        "keeps its own, shorter schedule.")
     retrain_init: str = _field(
         "scratch", "--then_retrain: the derived network starts from fresh weights ('scratch', "
         "PAR's second stage) or from the search's best checkpoint ('supernet': each block "

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from model.families import get_family
 from training.plugins.par_search.config import SECTION
+from training.recipes import get_recipe
 
 # Fields the retrain command sets itself, or that come from the data or the search.
 _NOT_RETRAIN_FLAGS = frozenset({"data_dir", "model_dir", "model", "logdir", "preset",
@@ -75,12 +76,17 @@ def retrain_config(config, architecture):
     otherwise (as `./base_model.sh --architecture=<search run> --arch_warmup_steps=0`),
     in `<model_dir>_retrain` (logs in `<logdir>_retrain` when a logdir is given).
     With --retrain_epochs the second stage trains that many epochs, whatever the
-    search's own length."""
+    search's own length; without it, a run with --recipe trains the recipe's length
+    (training/recipes.py), and one without trains the search's own."""
     model_dir = os.path.normpath(config.model_dir) + "_retrain"
     logdir = os.path.normpath(config.logdir) + "_retrain" if config.logdir else ""
     search = config.search
-    length = ({"epochs": search.retrain_epochs, "max_steps": 0} if search.retrain_epochs
-              else {})
+    if search.retrain_epochs:
+        length = {"epochs": search.retrain_epochs, "max_steps": 0}
+    elif config.recipe:
+        length = {"max_steps": 0, **get_recipe(config.recipe).length}
+    else:
+        length = {}
     init_from = config.model_dir if search.retrain_init == "supernet" else ""
     return config.replace(
         model=config.model.replace(architecture=architecture), model_dir=model_dir,

@@ -1,0 +1,168 @@
+"""--recipe: a named set of flag values (training/recipes.py), through train.py's flags,
+base_model.sh, config.json, resume and the PAR pipeline's second stage."""
+
+import os
+
+from absl import flags
+import pytest
+
+from tests.helpers.quick_look import base_model_args
+import train as train_cli
+from training import recipes
+from training.config import ConfigError, TrainConfig
+
+
+@pytest.fixture
+def parse(tiny_data, tmp_path):
+    """parse(*flags) -> TrainConfig on the tiny build, the tiny preset."""
+
+    def run(*args):
+        fv = train_cli.define_flags(flags.FlagValues())
+        fv(["train.py", f"--data_dir={tiny_data}", f"--model_dir={tmp_path / 'run'}",
+            "--preset=tiny", *args])
+        return train_cli.config_from_flags(fv)[0]
+
+    return run
+
+
+def _model_field(config, name):
+    return getattr(config.model, name)
+
+
+@pytest.mark.parametrize("name", sorted(recipes.RECIPES))
+def test_a_recipe_sets_every_value_it_names(parse, name):
+    recipe = recipes.RECIPES[name]
+    config = parse(f"--recipe={name}")
+    assert config.recipe == name
+    for field, value in recipe.values.items():
+        got = getattr(config, field) if hasattr(config, field) else _model_field(config, field)
+        assert got == value, field
+    # Without the recipe the same flags give the defaults: the recipe did the setting.
+    plain = parse()
+    assert plain.recipe == ""
+    assert any((getattr(plain, f) if hasattr(plain, f) else _model_field(plain, f)) != v
+               for f, v in recipe.values.items())
+
+
+def test_the_fast_recipe_differs_from_the_seed_one():
+    assert recipes.RECIPES["fast"].values != recipes.RECIPES["seed"].values
+
+
+def test_length_flags_win_and_settings_may_be_repeated(parse):
+    fast = recipes.RECIPES["fast"]
+    config = parse("--recipe=fast", "--epochs=3", "--warmup_steps=7",
+                   f"--learning_rate={fast.settings['learning_rate']}",
+                   f"--optimizer={fast.settings['optimizer']}")
+    assert (config.epochs, config.warmup_steps) == (3, 7)
+    assert config.learning_rate == fast.settings["learning_rate"]
+    # Flags the recipe does not name keep their own meaning.
+    assert parse("--recipe=fast", "--eval_interval=7").eval_interval == 7
+
+
+@pytest.mark.parametrize("flag", ["--optimizer=adamw", "--learning_rate=0.5",
+                                  "--lr_schedule=linear", "--dropout=0.3"])
+def test_a_contradicting_flag_is_one_clear_error(parse, flag):
+    name, value = flag[2:].split("=")
+    assert name in recipes.RECIPES["fast"].settings
+    with pytest.raises(ConfigError) as error:
+        parse("--recipe=fast", flag)
+    message = str(error.value)
+    assert message.startswith(f"--{name}={value} contradicts --recipe=fast")
+    assert f"drop --{name}" in message and "\n" not in message
+
+
+def test_unknown_recipe_is_a_flag_error(tiny_data, tmp_path):
+    fv = train_cli.define_flags(flags.FlagValues())
+    with pytest.raises(flags.IllegalFlagValueError, match="recipe"):
+        fv(["train.py", "--recipe=turbo"])
+    with pytest.raises(ValueError, match="unknown recipe 'turbo'"):
+        recipes.get_recipe("turbo")
+
+
+def test_a_recipe_rejects_misplaced_length_values():
+    with pytest.raises(ValueError, match="not run-length fields"):
+        recipes.Recipe("x", "", settings={}, length={"optimizer": "adam"})
+    with pytest.raises(ValueError, match="both settings and length"):
+        recipes.Recipe("x", "", settings={"epochs": 1}, length={"epochs": 2})
+
+
+def test_config_json_keeps_the_recipe_and_resume_checks_it(parse, tmp_path):
+    from training.config_checks import check_resume
+
+    config = parse("--recipe=fast")
+    os.makedirs(config.model_dir)
+    config.save()
+    loaded = TrainConfig.load(config.model_dir)
+    assert loaded == config and loaded.recipe == "fast"
+    assert check_resume(parse("--recipe=fast"))  # the same command resumes
+    with pytest.raises(ConfigError, match="different config"):
+        check_resume(parse("--recipe=seed"))
+
+
+def test_a_config_written_before_recipes_loads_without_one(parse):
+    values = parse().to_dict()
+    del values["recipe"]
+    assert TrainConfig.from_dict(values).recipe == ""
+
+
+def test_pipeline_retrain_takes_the_recipe_length(parse):
+    from training.plugins.par_search.retrain import retrain_config
+
+    fast = recipes.RECIPES["fast"]
+    search = parse("--recipe=fast", "--epochs=2", "--warmup_steps=5", "--then_retrain",
+                   "--freeze_threshold=0", "--stop_rule=stable", "--stop_window=10")
+    retrain = retrain_config(search, "afaf")
+    assert (retrain.epochs, retrain.max_steps) == (fast.length["epochs"], 0)
+    assert retrain.warmup_steps == fast.length["warmup_steps"]
+    assert (retrain.learning_rate, retrain.recipe) == (fast.settings["learning_rate"], "fast")
+    # An explicit --retrain_epochs still wins; without a recipe the search's own length.
+    explicit = parse("--recipe=fast", "--epochs=2", "--then_retrain", "--freeze_threshold=0",
+                     "--stop_rule=stable", "--stop_window=10", "--retrain_epochs=4")
+    assert retrain_config(explicit, "afaf").epochs == 4
+    plain = parse("--epochs=2", "--then_retrain", "--freeze_threshold=0", "--stop_rule=stable",
+                  "--stop_window=10")
+    assert retrain_config(plain, "afaf").epochs == 2
+
+
+def _train_config(args, data_dir):
+    fv = train_cli.define_flags(flags.FlagValues())
+    # The tiny build is too short for the pipeline's 1,000-step stability window.
+    fv(["train.py", *args, f"--data_dir={data_dir}", "--cutoffs=none", "--stop_window=10"])
+    return train_cli.config_from_flags(fv)[0]
+
+
+@pytest.mark.parametrize("mode", [[], ["--pipeline"]])
+def test_base_model_sh_seed_recipe_is_its_default(project_root, tmp_path, word_data, mode):
+    plain = _train_config(base_model_args(project_root, tmp_path, *mode), word_data)
+    seeded = _train_config(base_model_args(project_root, tmp_path, *mode, "--recipe=seed"),
+                           word_data)
+    assert seeded.recipe == "seed" and plain.recipe == ""
+    if mode:  # the retrain's 20 epochs: base_model.sh's flag, or the recipe's length
+        from training.plugins.par_search.retrain import retrain_config
+
+        assert (plain.search.retrain_epochs, seeded.search.retrain_epochs) == (20, 0)
+        assert retrain_config(seeded, "aaafaf").replace(recipe="") == retrain_config(
+            plain, "aaafaf")
+        seeded = seeded.replace(search=seeded.search.replace(retrain_epochs=20))
+    assert seeded.replace(recipe="") == plain
+
+
+def test_base_model_sh_takes_a_recipe(project_root, tmp_path, word_data):
+    fast = recipes.RECIPES["fast"]
+    args = base_model_args(project_root, tmp_path, "--pipeline", "--recipe=fast")
+    config = _train_config(args, word_data)
+    assert config.learning_rate == fast.settings["learning_rate"]
+    assert config.search.retrain_epochs == 0 and config.epochs == 2  # the search's own
+    from training.plugins.par_search.retrain import retrain_config
+
+    assert retrain_config(config, "aaafaf").epochs == fast.length["epochs"]
+
+
+def test_base_model_sh_refuses_a_spaced_recipe(project_root):
+    import subprocess
+
+    done = subprocess.run(["bash", str(project_root / "base_model.sh"), "--recipe", "fast"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.strip() == ("error: give the recipe as --recipe=NAME (one word), "
+                                   "e.g. --recipe=fast")
