@@ -39,31 +39,72 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# The user's relative paths mean the directory the command was run from, as in
+# every other script; the defaults below are the repository's (runs/, data/).
+CALLER="$PWD"
 cd "$ROOT"
 source tools/require_python.sh
 require_python
 
+# A path flag's value as the user meant it: relative to where they ran the command.
+# --architecture is a path only when it names one there (else a/f/i letters or a word).
+from_caller() {
+  local name="$1" value="$2"
+  if [[ "$value" == /* || "$CALLER" == "$ROOT" || -z "$value" ]]; then
+    printf '%s' "$value"
+  elif [[ "$name" != architecture || "$value" == */* || -e "$CALLER/$value" ]]; then
+    printf '%s' "$CALLER/$value"
+  else
+    printf '%s' "$value"
+  fi
+}
+PATH_FLAGS="data_dir model_dir logdir export init_from flagfile architecture"
+
 quick=0
 pipeline=0
 recipe=0
+architecture=""
 args=()
+pending=""
 for arg in "$@"; do
+  if [[ -n "$pending" ]]; then  # the value of a spaced --flag value
+    [[ "$pending" == architecture ]] && architecture="$arg"
+    args+=("$(from_caller "$pending" "$arg")")
+    pending=""
+    continue
+  fi
+  name="${arg#--}"
+  name="${name%%=*}"
   if [[ "$arg" == "--quick" ]]; then
     quick=1
+    continue
   elif [[ "$arg" == "--pipeline" ]]; then
     pipeline=1
-  else
-    [[ "$arg" == --recipe=* ]] && recipe=1
-    args+=("$arg")
+    continue
+  elif [[ "$arg" == "--recipe" ]]; then
+    echo "error: give the recipe as --recipe=NAME (one word), e.g. --recipe=fast" >&2
+    exit 1
   fi
+  [[ "$arg" == --recipe=* ]] && recipe=1
+  [[ "$arg" == --architecture=* ]] && architecture="${arg#*=}"
+  if [[ " $PATH_FLAGS " == *" $name "* && "$arg" == --* ]]; then
+    if [[ "$arg" == *=* ]]; then
+      arg="--$name=$(from_caller "$name" "${arg#*=}")"
+    else
+      pending="$name"
+    fi
+  fi
+  args+=("$arg")
 done
-if [[ " $* " == *" --recipe "* ]]; then
-  echo "error: give the recipe as --recipe=NAME (one word), e.g. --recipe=fast" >&2
-  exit 1
-fi
 
 if [[ $quick -eq 1 && $pipeline -eq 1 ]]; then
   echo "error: --quick and --pipeline are two different runs: give one of them" >&2
+  exit 1
+elif [[ $pipeline -eq 1 && -n "$architecture" ]]; then
+  echo "error: --pipeline searches the architecture, then trains the one it finds: drop" \
+    "--architecture=$architecture to search, or train that architecture without --pipeline" \
+    "(./base_model.sh --architecture=$architecture --arch_warmup_steps=0" \
+    "--model_dir=runs/NAME)" >&2
   exit 1
 elif [[ $pipeline -eq 1 ]]; then
   mkdir -p runs

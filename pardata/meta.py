@@ -67,8 +67,9 @@ def load_meta(data_dir: str) -> dict:
         raise DataError(f"{data_dir} is a file, not a built data directory: give the directory "
                         "./create_tfrecords.sh or build_data.py wrote (it holds meta.json)")
     if not os.path.isfile(path):
-        raise DataError(f"{path} not found: {data_dir} holds no complete build; run "
-                        f"./create_tfrecords.sh or build_data.py --output_dir={data_dir}")
+        raise DataError(f"{os.path.abspath(path)} not found: {data_dir} holds no complete "
+                        f"build; run ./create_tfrecords.sh or build_data.py "
+                        f"--output_dir={data_dir}")
     try:
         with open(path, encoding="utf-8") as f:
             meta = json.load(f)

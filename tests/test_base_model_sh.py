@@ -80,3 +80,50 @@ def test_quick_look_time_is_one_figure(project_root):
         figures[page] = quick_look_minutes(text)
     assert all(figures.values()), f"a page gives no time for the quick look: {figures}"
     assert {f for found in figures.values() for f in found} == {"16"}, figures
+
+
+def _run_base_model(project_root, cwd, *args, stub_dir=None):
+    import os
+    import subprocess
+
+    stub = (stub_dir or cwd) / "python_stub"
+    stub.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    stub.chmod(0o755)
+    return subprocess.run(["bash", str(project_root / "base_model.sh"), *args], cwd=cwd,
+                          env=dict(os.environ, PYTHON=str(stub)), capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_user_paths_mean_the_callers_directory(project_root, tmp_path):
+    """Run from another directory, the user's relative paths resolve there (as
+    create_tfrecords.sh's do), the defaults stay the repository's."""
+    (tmp_path / "runs" / "search").mkdir(parents=True)
+    done = _run_base_model(project_root, tmp_path, "--quick", "--data_dir=data/x",
+                           "--model_dir", "runs/x", "--logdir=logs/x", "--export=m.keras",
+                           "--architecture=runs/search", "--flagfile=/abs/f")
+    assert done.returncode == 0, done.stderr
+    args = done.stdout.splitlines()[1:]
+    assert last_flag(args, "data_dir") == f"{tmp_path}/data/x"
+    assert args[args.index("--model_dir") + 1] == f"{tmp_path}/runs/x"
+    assert last_flag(args, "logdir") == f"{tmp_path}/logs/x"
+    assert last_flag(args, "export") == f"{tmp_path}/m.keras"
+    assert last_flag(args, "architecture") == f"{tmp_path}/runs/search"
+    assert last_flag(args, "flagfile") == "/abs/f"
+    # Letters are not a path; the script's own defaults are the repository's.
+    done = _run_base_model(project_root, tmp_path, "--architecture=aaafaf")
+    args = done.stdout.splitlines()[1:]
+    assert last_flag(args, "architecture") == "aaafaf"
+    assert "--data_dir=data/wikitext2" in args
+    # From the repository itself nothing is rewritten (config.json stays as before).
+    done = _run_base_model(project_root, project_root, "--data_dir=data/x", stub_dir=tmp_path)
+    assert last_flag(done.stdout.splitlines()[1:], "data_dir") == "data/x"
+
+
+@pytest.mark.parametrize("spelling", [["--architecture=afafaf"], ["--architecture", "afafaf"]])
+def test_pipeline_with_an_architecture_is_one_clear_error(project_root, tmp_path, spelling):
+    done = _run_base_model(project_root, tmp_path, "--pipeline", *spelling)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        "error: --pipeline searches the architecture, then trains the one it finds: drop "
+        "--architecture=afafaf to search, or train that architecture without --pipeline "
+        "(./base_model.sh --architecture=afafaf --arch_warmup_steps=0 --model_dir=runs/NAME)"]

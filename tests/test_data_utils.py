@@ -482,3 +482,11 @@ def test_sentencepiece_without_line_ends(tmp_path):
     with pytest.raises(DataError, match="--nosp_eos needs --tokenizer=sentencepiece"):
         data_utils.BuildConfig.for_dataset("text", output_dir=str(tmp_path / "w"),
                                            tokenizer="word", sp_eos=False, **files)
+
+
+def test_missing_build_names_the_absolute_path_it_looked_at(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DataError) as error:
+        data_utils.load_meta("data/x")
+    assert str(error.value).startswith(f"{tmp_path}/data/x/meta.json not found: data/x holds "
+                                       "no complete build")
