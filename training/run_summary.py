@@ -55,6 +55,39 @@ def _result_lines(config, results):
         lines += described
     elif results.get("architecture"):
         lines.append(f"architecture: {results['architecture']}")
+    if valid:
+        lines += _yardstick_lines(config, results)
+    return lines
+
+
+# Valid perplexity this far above its best, at least two evaluations later: overfitting.
+OVERFIT_RISE = 1.02
+
+
+def _yardstick_lines(config, results):
+    """The data's unigram and uniform valid perplexities beside the model's
+    (pardata/yardsticks.py), and an overfitting note when valid perplexity rose past its
+    best for at least two evaluations."""
+    from pardata.errors import DataError
+    from pardata.yardsticks import yardsticks
+
+    lines = []
+    try:
+        base = yardsticks(config.data_dir)
+        lines.append(f"for comparison, valid perplexity of the data's unigram frequencies "
+                     f"{base['unigram']:.2f}, of a uniform guess {base['uniform']:.0f}")
+    except (DataError, OSError):
+        pass  # the data moved since training: the figures above stand alone
+    best, last = results.get("best") or {}, results.get("last") or {}
+    if "valid" not in best or "valid" not in last or not config.eval_interval:
+        return lines
+    b, now = best["valid"]["perplexity"], last["valid"]["perplexity"]
+    if now > OVERFIT_RISE * b and last["step"] - best["step"] >= 2 * config.eval_interval:
+        lines.append(
+            f"overfitting: valid perplexity rose from {b:.2f} at step {best['step']} to "
+            f"{now:.2f} at step {last['step']} (the best checkpoint is the one kept); to do "
+            f"better, train on more text, raise the dropout (--dropout), or stop near step "
+            f"{best['step']} (--max_steps={best['step']})")
     return lines
 
 

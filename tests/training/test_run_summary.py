@@ -129,3 +129,54 @@ def test_a_registered_plugin_adds_its_line_and_its_command_to_the_summary():
         "  python3 note.py --model_dir=runs/x   # read the note")
     assert [x for x in lines if "note" not in x] == before[:1] + before[2:]
     assert run_summary(config, results).splitlines() == before  # unregistered: gone
+
+
+def test_yardsticks_against_a_count_of_the_ids(tiny_data):
+    import collections
+    import math
+
+    from pardata.records import read_stream
+    from pardata.yardsticks import yardsticks
+
+    train = collections.Counter(read_stream(str(tiny_data), "train").tolist())
+    valid = read_stream(str(tiny_data), "valid").tolist()[1:]
+    meta_vocab = 256
+    total = sum(train.values())
+    nll = sum(-math.log((train[i] + 1) / (total + meta_vocab)) for i in valid) / len(valid)
+    got = yardsticks(str(tiny_data))
+    assert got["uniform"] == meta_vocab
+    assert got["unigram"] == pytest.approx(math.exp(nll), rel=1e-9)
+    assert 1 < got["unigram"] < meta_vocab
+
+
+@pytest.mark.slow
+def test_a_run_that_overfits_says_so_beside_its_yardsticks(short_word_data, tmp_path):
+    """A tiny run on a fifth of the tiny text, no dropout, a high learning rate: its valid
+    perplexity falls, then rises; the summary puts the data's yardsticks beside its best
+    and says it is overfitting; a run that did not overfit says nothing of it."""
+    from pardata.yardsticks import yardsticks
+    from tests.training.conftest import tiny_config
+    from training.loop import train
+    from training.run_summary import run_summary
+
+    config = tiny_config(short_word_data, tmp_path / "run", max_steps=300,
+                         learning_rate=5e-3, lr_schedule="constant", eval_interval=25,
+                         sample_tokens=0, log_interval=100, model_d_model=128,
+                         model_d_ffn=512, model_num_blocks=2, model_architecture="af")
+    results = train(config)
+    best, last = results["best"], results["last"]
+    assert last["valid"]["perplexity"] > 1.02 * best["valid"]["perplexity"]
+    assert last["step"] - best["step"] >= 50
+    lines = run_summary(config, results).splitlines()
+    base = yardsticks(str(short_word_data))
+    assert (f"for comparison, valid perplexity of the data's unigram frequencies "
+            f"{base['unigram']:.2f}, of a uniform guess 256") in lines
+    overfit = [x for x in lines if x.startswith("overfitting: ")]
+    assert overfit == [
+        f"overfitting: valid perplexity rose from {best['valid']['perplexity']:.2f} at step "
+        f"{best['step']} to {last['valid']['perplexity']:.2f} at step {last['step']} (the best "
+        "checkpoint is the one kept); to do better, train on more text, raise the dropout "
+        f"(--dropout), or stop near step {best['step']} (--max_steps={best['step']})"]
+    # The same figures with the last evaluation the best: no note.
+    fine = dict(results, last=best)
+    assert not any(x.startswith("overfitting") for x in run_summary(config, fine).splitlines())
