@@ -15,6 +15,8 @@ import signal
 import sys
 import time
 
+import tools.in_environment  # noqa: F401  (one line, not a traceback, outside the environment)
+
 from absl import app, flags
 
 from pardata import build  # no TensorFlow import until writing

@@ -29,6 +29,8 @@ status 1, and nothing is written; Ctrl-C / SIGTERM end in one line
 import os
 import sys
 
+import tools.in_environment  # noqa: F401  (one line, not a traceback, outside the environment)
+
 from absl import app, flags, logging
 
 from pardata.build import SPLITS  # no TensorFlow

@@ -40,6 +40,8 @@ exit status 1; Ctrl-C / SIGTERM end in one line `interrupted: ...` and status
 import os
 import sys
 
+import tools.in_environment  # noqa: F401  (one line, not a traceback, outside the environment)
+
 from absl import app, flags, logging
 
 import pardata.quiet  # noqa: F401  (TensorFlow start-up noise; before TF is imported)

@@ -32,6 +32,8 @@ import os
 import secrets
 import sys
 
+import tools.in_environment  # noqa: F401  (one line, not a traceback, outside the environment)
+
 from absl import app, flags, logging
 
 import pardata.quiet  # noqa: F401  (TensorFlow start-up noise; before TF is imported)

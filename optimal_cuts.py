@@ -45,6 +45,8 @@ import os
 import sys
 import time
 
+import tools.in_environment  # noqa: F401  (one line, not a traceback, outside the environment)
+
 from absl import logging
 import numpy as np
 

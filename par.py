@@ -28,6 +28,7 @@ Generation never emits the unknown-word token (WikiText's <unk>) unless
 `allow_unk=True`.
 """
 
+import pardata.quiet  # noqa: F401  (TensorFlow's start-up noise, as in the scripts; first)
 from serving.errors import EvaluationError, GenerationError
 from serving.packaged import PackagedLM, PackageError, load_packaged_lm
 from serving.texts import SAMPLERS

@@ -23,6 +23,8 @@ import dataclasses
 import os
 import sys
 
+import tools.in_environment  # noqa: F401  (one line, not a traceback, outside the environment)
+
 from absl import app, flags, logging
 
 from model.config_base import cutoffs_problem

@@ -265,8 +265,9 @@ class StreamEvaluator:
             raise EvaluationError(f"ids must be in [0, {self.model.vocab_size}) (the model's "
                                   f"vocabulary), got {ids.min()}..{ids.max()}")
         if ids.size - 1 < batch_size * seq_len and batch_size > 1:
-            logging.warning("%s: %d ids do not fill one batch of %d x %d: all evaluated at "
-                            "batch 1", label, ids.size, batch_size, seq_len)
+            # Not a problem: a short text is scored as one row, every transition once.
+            logging.info("%s: %d ids, fewer than one batch of %d x %d: scored as one row",
+                         label, ids.size, batch_size, seq_len)
         return self.run(segment_plan(ids, batch_size, seq_len), label, progress_interval)
 
     def run(self, plan, label="evaluating", progress_interval=None, should_stop=None):

@@ -55,3 +55,20 @@ def test_the_environment_passes(script, tmp_path):
     done = _run(script, tmp_path, PYTHON=str(stub))
     assert done.returncode == 0 and done.stderr == ""
     assert "--output_dir=unused" in done.stdout.splitlines()
+
+
+PYTHON_SCRIPTS = ["train.py", "generate.py", "evaluate.py", "export.py", "build_data.py",
+                  "optimal_cuts.py"]
+
+
+@pytest.mark.parametrize("script", PYTHON_SCRIPTS)
+def test_python_entry_scripts_without_the_requirements(script, tmp_path):
+    """`python script.py` with an interpreter that has no site-packages (as outside the
+    environment) ends in the shell scripts' one line, not a ModuleNotFoundError."""
+    done = subprocess.run([sys.executable, "-S", str(PROJECT_ROOT / script), "--help"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr.splitlines() == [
+        f"error: {sys.executable} cannot import the project's requirements (no module absl): "
+        f"{ACTIVATE} or install them ({sys.executable} -m pip install -r requirements.txt)"]
+    assert os.listdir(tmp_path) == []
