@@ -21,6 +21,7 @@ from absl import logging
 import tensorflow as tf
 
 import data_utils
+from pardata.yardsticks import yardsticks
 from runstore import metrics, run_dir
 from training import eta, interrupt, nonfinite, summaries
 from training import strategy as strategy_lib
@@ -390,6 +391,8 @@ class RunLoop:
             logging.info("best checkpoint (step %d): valid ppl %.2f, test ppl %.2f", best_step,
                          results["best"]["valid"]["perplexity"],
                          results["best"]["test"]["perplexity"])
+        # What the figures compare with (the run summary prints them beside the best).
+        results["yardsticks"] = {"valid": yardsticks(config.data_dir, "valid", trainer.meta)}
         if self.chief:
             run_dir.atomic_write_json(os.path.join(model_dir, run_dir.METRICS_FILE), results)
             self.summaries.close()

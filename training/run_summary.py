@@ -66,18 +66,13 @@ OVERFIT_RISE = 1.02
 
 def _yardstick_lines(config, results):
     """The data's unigram and uniform valid perplexities beside the model's
-    (pardata/yardsticks.py), and an overfitting note when valid perplexity rose past its
-    best for at least two evaluations."""
-    from pardata.errors import DataError
-    from pardata.yardsticks import yardsticks
-
+    (pardata/yardsticks.py, in metrics.json), and an overfitting note when valid
+    perplexity rose past its best for at least two evaluations."""
     lines = []
-    try:
-        base = yardsticks(config.data_dir)
+    base = (results.get("yardsticks") or {}).get("valid")  # metrics.json since they exist
+    if base:
         lines.append(f"for comparison, valid perplexity of the data's unigram frequencies "
                      f"{base['unigram']:.2f}, of a uniform guess {base['uniform']:.0f}")
-    except (DataError, OSError):
-        pass  # the data moved since training: the figures above stand alone
     best, last = results.get("best") or {}, results.get("last") or {}
     if "valid" not in best or "valid" not in last or not config.eval_interval:
         return lines

@@ -169,6 +169,7 @@ def test_a_run_that_overfits_says_so_beside_its_yardsticks(short_word_data, tmp_
     assert last["step"] - best["step"] >= 50
     lines = run_summary(config, results).splitlines()
     base = yardsticks(str(short_word_data))
+    assert results["yardsticks"]["valid"] == pytest.approx(base)
     assert (f"for comparison, valid perplexity of the data's unigram frequencies "
             f"{base['unigram']:.2f}, of a uniform guess 256") in lines
     overfit = [x for x in lines if x.startswith("overfitting: ")]
