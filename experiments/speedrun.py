@@ -1,0 +1,195 @@
+"""Time to quality: the records table of docs/results/speedrun.md (issue 42).
+
+Each *lever* is one change to the derived `aaafaf`'s training (its second
+stage, `./base_model.sh --architecture=aaafaf --arch_warmup_steps=0`), screened
+at a short budget on one core; `record` runs are the whole command a user
+types, timed from its start to its final test evaluation. Every run goes to
+runs/speedrun/<name> with its console log beside it (runs/speedrun/<name>.console.log)
+and is resumable with the same command (train.py resumes a run found in its
+model_dir). Each session's whole-command seconds (process start to exit, TensorFlow's
+start-up and every evaluation included) are appended to runs/speedrun/<name>.sessions.json.
+
+    python -m experiments.speedrun run s3_base s3_drop0          # screens, in order
+    python -m experiments.speedrun run --cpus=0,1 record_fast_seed1
+    python -m experiments.speedrun report                        # -> docs/results/speedrun/
+
+`report` copies each finished run's artefacts (config.json, metrics.json,
+training_log.log, console.log, wall_time.json: tools.collect_run and
+tools.wall_time; sessions.json) to docs/results/speedrun/<name>/ and writes
+docs/results/speedrun/runs.json (one row per run: lever, flags, wall minutes
+of the whole command, median tokens/s, best valid, test at the best step) and
+summary.json (the record runs: command, cores, architecture, seed, wall
+minutes, test perplexity).
+"""
+
+import argparse
+import dataclasses
+import json
+import os
+import pathlib
+import shlex
+import subprocess
+import sys
+import time
+
+from tools import collect_run, wall_time
+
+RUNS = pathlib.Path("runs", "speedrun")
+RESULTS = pathlib.Path("docs", "results", "speedrun")
+# The derived network of the seed's search, trained from scratch (PAR's second stage).
+RETRAIN = ["--architecture=aaafaf", "--arch_warmup_steps=0"]
+# A screen: three epochs, evaluated once per epoch (2,726 records per epoch).
+SCREEN = ["--epochs=3", "--eval_interval=2726", "--checkpoint_interval=2726"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One row of the table.
+
+    Attributes:
+        name: runs/speedrun/<name>.
+        lever: what the run changes, in words.
+        flags: base_model.sh flags after RETRAIN.
+        record: a whole command of the record (else a screen).
+    """
+
+    name: str
+    lever: str
+    flags: tuple
+    record: bool = False
+
+    def command(self):
+        return ["./base_model.sh", f"--model_dir={RUNS / self.name}", *RETRAIN, *self.flags]
+
+
+def _screen(name, lever, *flags):
+    return Run(name, lever, tuple(SCREEN) + flags)
+
+
+def _record(recipe, architecture, seed):
+    name = f"record_{recipe}_{architecture}_seed{seed}"
+    return Run(name, f"--recipe={recipe}, {architecture}, seed {seed}",
+               (f"--recipe={recipe}", f"--seed={seed}", "--eval_interval=2726",
+                "--checkpoint_interval=2726"), record=True)
+
+
+RUNS_TABLE = {run.name: run for run in (
+    _screen("s3_base", "the seed recipe, 3 epochs (reference of the screens)"),
+    _screen("s3_drop0", "dropout 0 (was 0.1)", "--dropout=0.0"),
+    _screen("s3_lr2e3", "learning rate 2e-3 (was 1e-3)", "--learning_rate=2e-3"),
+    _screen("s3_lr2e3_drop0", "learning rate 2e-3 and dropout 0", "--learning_rate=2e-3",
+            "--dropout=0.0"),
+    *(_record(recipe, arch, seed) for recipe in ("fast",) for arch in ("aaafaf", "afafaf")
+      for seed in (0, 1, 2)),
+)}
+
+
+def _record_command(run):
+    """The record's command with its architecture (the table's runs fix aaafaf)."""
+    arch = run.name.split("_")[2]
+    return [a if a != "--architecture=aaafaf" else f"--architecture={arch}"
+            for a in run.command()]
+
+
+def run(names, cpus):
+    """Runs (or resumes) the named runs one after another, pinned to `cpus`."""
+    RUNS.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        spec = RUNS_TABLE[name]
+        command = _record_command(spec) if spec.record else spec.command()
+        pinned = ["taskset", "-c", cpus, *command] if cpus else command
+        log = RUNS / f"{name}.console.log"
+        print(f"{name}: {shlex.join(pinned)} > {log}", flush=True)
+        start = time.monotonic()
+        with open(log, "a", encoding="utf-8") as out:
+            done = subprocess.run(pinned, stdout=out, stderr=subprocess.STDOUT)
+        _add_session(name, pinned, time.monotonic() - start, done.returncode)
+        if done.returncode:
+            print(f"error: {name} exited with status {done.returncode}; see {log}",
+                  file=sys.stderr)
+            return done.returncode
+    return 0
+
+
+def _sessions_path(name):
+    return RUNS / f"{name}.sessions.json"
+
+
+def _add_session(name, command, seconds, status):
+    path = _sessions_path(name)
+    sessions = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+    sessions.append({"command": shlex.join(command), "seconds": round(seconds, 1),
+                     "exit_status": status})
+    path.write_text(json.dumps(sessions, indent=1) + "\n", encoding="utf-8")
+
+
+def _row(spec, run_dir, timing):
+    metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
+    config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+    best = metrics["best"]
+    return {"name": spec.name, "lever": spec.lever, "flags": list(spec.flags),
+            "record": spec.record, "architecture": metrics.get("architecture"),
+            "seed": config["model"]["seed"], "steps": metrics["step"],
+            "wall_min": timing["command_minutes"],
+            "log_minutes": timing["running_minutes"],
+            "tokens_per_s": timing.get("median_tokens_per_sec"),
+            "best_step": best["step"], "best_valid_ppl": round(best["valid"]["perplexity"], 2),
+            "test_ppl": round(best["test"]["perplexity"], 2)}
+
+
+def report(names=None):
+    """Collects every finished run (or `names`) and writes runs.json and summary.json."""
+    rows = []
+    for name, spec in RUNS_TABLE.items():
+        run_dir, log = RUNS / name, RUNS / f"{name}.console.log"
+        if (names and name not in names) or not (run_dir / "metrics.json").is_file():
+            continue
+        target = collect_run.collect(run_dir, RESULTS, console_log=log)
+        timing = wall_time.wall_time(target / "console.log")
+        timing["median_tokens_per_sec"] = wall_time.median_tokens_per_sec(
+            target / "training_log.log")
+        sessions = _sessions_path(name)
+        if sessions.is_file():  # the whole commands, timed by `run`
+            (target / "sessions.json").write_bytes(sessions.read_bytes())
+            timing["command_minutes"] = round(sum(
+                s["seconds"] for s in json.loads(sessions.read_text(encoding="utf-8"))) / 60, 2)
+        else:  # run by hand: the console log's first to last line
+            timing["command_minutes"] = timing["running_minutes"]
+        (target / "wall_time.json").write_text(json.dumps(timing, indent=1) + "\n",
+                                               encoding="utf-8")
+        rows.append(_row(spec, run_dir, timing))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "runs.json").write_text(json.dumps({"runs": rows}, indent=1) + "\n",
+                                       encoding="utf-8")
+    records = [r for r in rows if r["record"]]
+    summary = {"command": "./base_model.sh --recipe=fast --architecture=ARCH --seed=SEED",
+               "cores": 2, "runs": [{k: r[k] for k in ("architecture", "seed", "wall_min",
+                                                     "test_ppl")} for r in records]}
+    (RESULTS / "summary.json").write_text(json.dumps(summary, indent=1) + "\n",
+                                          encoding="utf-8")
+    return rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="what", required=True)
+    run_parser = sub.add_parser("run", help="run or resume the named runs, in order")
+    run_parser.add_argument("names", nargs="+", choices=sorted(RUNS_TABLE))
+    run_parser.add_argument("--cpus", default="1",
+                            help="taskset -c list ('' for no pinning); screens use one core")
+    report_parser = sub.add_parser("report", help="collect finished runs into docs/results")
+    report_parser.add_argument("names", nargs="*")
+    args = parser.parse_args(argv)
+    if not os.path.isfile("base_model.sh"):
+        print("error: run from the repository root (python -m experiments.speedrun ...)",
+              file=sys.stderr)
+        return 2
+    if args.what == "run":
+        return run(args.names, args.cpus)
+    for row in report(args.names):
+        print(json.dumps(row))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

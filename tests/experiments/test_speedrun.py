@@ -1,0 +1,80 @@
+"""experiments/speedrun.py: its runs are base_model.sh commands that differ from the
+reference screen by their lever only; `report` turns a finished run into its artefacts and
+its rows (wall time of the whole command, tokens/s, best valid, test)."""
+
+import json
+import shutil
+
+from absl import flags
+import pytest
+
+from experiments import speedrun
+from tests.helpers.quick_look import base_model_args
+
+
+def _config(project_root, tmp_path, data_dir, run):
+    import train as train_cli
+
+    args = base_model_args(project_root, tmp_path, *run.command()[1:])
+    fv = train_cli.define_flags(flags.FlagValues())
+    fv(["train.py", *args, f"--data_dir={data_dir}", "--cutoffs=none"])
+    return train_cli.config_from_flags(fv)[0]
+
+
+def test_each_screen_changes_its_lever_only(project_root, tmp_path, word_data):
+    base = _config(project_root, tmp_path, word_data, speedrun.RUNS_TABLE["s3_base"])
+    assert (base.model.architecture, base.epochs, base.search.arch_warmup_steps) == (
+        "aaafaf", 3, 0)
+    assert (base.optimizer, base.learning_rate, base.model.dropout) == ("adam", 1e-3, 0.1)
+    drop0 = _config(project_root, tmp_path, word_data, speedrun.RUNS_TABLE["s3_drop0"])
+    assert drop0.model.dropout == 0.0
+    assert drop0.replace(model=drop0.model.replace(dropout=0.1),
+                         model_dir=base.model_dir) == base
+    lr = _config(project_root, tmp_path, word_data, speedrun.RUNS_TABLE["s3_lr2e3"])
+    assert lr.replace(learning_rate=1e-3, model_dir=base.model_dir) == base
+
+
+def test_record_runs_use_the_recipe_and_their_architecture(project_root, tmp_path, word_data):
+    import train as train_cli
+
+    run = speedrun.RUNS_TABLE["record_fast_afafaf_seed2"]
+    args = base_model_args(project_root, tmp_path, *speedrun._record_command(run)[1:])
+    fv = train_cli.define_flags(flags.FlagValues())
+    fv(["train.py", *args, f"--data_dir={word_data}", "--cutoffs=none"])
+    config = train_cli.config_from_flags(fv)[0]
+    assert (config.recipe, config.model.architecture, config.model.seed) == (
+        "fast", "afafaf", 2)
+
+
+def test_report_collects_a_finished_run(trained_run, tmp_path, monkeypatch):
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    monkeypatch.setattr(speedrun, "RUNS", runs)
+    monkeypatch.setattr(speedrun, "RESULTS", results)
+    name = "record_fast_aaafaf_seed1"
+    shutil.copytree(trained_run("transformer_xl"), runs / name)
+    (runs / f"{name}.console.log").write_text(
+        "I1129 02:00:00.000000 1 train.py:1] run: full config in x\n"
+        "I1129 02:00:30.000000 1 run_loop.py:1] step 4 valid: nll 1 ppl 2 word ppl 3 bpb 4\n")
+    speedrun._add_session(name, ["./base_model.sh"], 90.0, 0)
+    speedrun._add_session(name, ["./base_model.sh"], 30.0, 0)
+    rows = speedrun.report()
+    metrics = json.loads((runs / name / "metrics.json").read_text())
+    assert len(rows) == 1
+    row = rows[0]
+    assert (row["wall_min"], row["log_minutes"]) == (2.0, 0.5)  # the sessions, summed
+    assert row["test_ppl"] == round(metrics["best"]["test"]["perplexity"], 2)
+    assert row["best_valid_ppl"] == round(metrics["best"]["valid"]["perplexity"], 2)
+    for artefact in ("config.json", "metrics.json", "console.log", "wall_time.json",
+                     "sessions.json"):
+        assert (results / name / artefact).is_file(), artefact
+    summary = json.loads((results / "summary.json").read_text())
+    assert summary["cores"] == 2 and summary["runs"] == [
+        {"architecture": row["architecture"], "seed": row["seed"], "wall_min": 2.0,
+         "test_ppl": row["test_ppl"]}]
+
+
+@pytest.mark.parametrize("argv", [["run", "no_such_run"], []])
+def test_bad_arguments_are_usage_errors(argv):
+    with pytest.raises(SystemExit) as stop:
+        speedrun.main(argv)
+    assert stop.value.code == 2
