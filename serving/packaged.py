@@ -41,7 +41,7 @@ from model.families import FAMILIES, build_model, family_of, register_keras_obje
 from model.interface import check_model
 from pardata import tokenizers
 from pardata.errors import DataError
-from runstore import run_dir
+from runstore import progress, run_dir
 from runstore.config import RunConfig
 from serving.errors import GenerationError
 from serving.runs import Run, override_model
@@ -272,6 +272,9 @@ def package_run(run, dtype="float32"):
 def _registered_name(path):
     """The registered class name in a `.keras` file's config.json (PackageError if none)."""
     if not os.path.exists(path):
+        note = progress.missing_package_note(path)  # the runs it would be exported from
+        if note:
+            raise PackageError(f"--model={path} does not exist: {note}")
         raise PackageError(f"--model={path} does not exist: give a .keras file written by "
                            "export.py (e.g. pretrained/wt2_base.keras)")
     if os.path.isdir(path):
