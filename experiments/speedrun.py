@@ -79,6 +79,12 @@ RUNS_TABLE = {run.name: run for run in (
     _screen("s3_lr2e3", "learning rate 2e-3 (was 1e-3)", "--learning_rate=2e-3"),
     _screen("s3_lr2e3_drop0", "learning rate 2e-3 and dropout 0", "--learning_rate=2e-3",
             "--dropout=0.0"),
+    _screen("s3_lr3e3_drop0", "learning rate 3e-3 and dropout 0", "--learning_rate=3e-3",
+            "--dropout=0.0"),
+    # The fast recipe at its full length on one core: its quality (the record's wall
+    # time needs both cores).
+    Run("fast_seed0_one_core", "--recipe=fast at its full length, one core",
+        ("--recipe=fast", "--eval_interval=2726", "--checkpoint_interval=2726")),
     *(_record(recipe, arch, seed) for recipe in ("fast",) for arch in ("aaafaf", "afafaf")
       for seed in (0, 1, 2)),
 )}
