@@ -384,6 +384,7 @@ def main(argv):
     try:
         config, overwrite = config_from_flags(flags.FLAGS)
         export_path = _check_export(flags.FLAGS.export, overwrite)
+        _check_logdir(config)
         logging.info("%s", config_summary(config))
         results = train(config, overwrite=overwrite)
         exported = _export(config, results, export_path, overwrite) if export_path else None
@@ -413,6 +414,20 @@ def _check_export(path, overwrite):
                             overwrite_fix="pass --overwrite")
     except ExportError as error:
         raise ConfigError(str(error)) from None
+
+
+def _check_logdir(config):
+    """A --logdir that cannot be written (read-only, no permission), found before training:
+    TensorFlow's event writer would only fail at its first flush, steps later."""
+    from runstore import run_dir
+    from training.loop import default_logdir
+
+    logdir = config.logdir or default_logdir(config.model_dir)
+    problem = run_dir.unwritable(logdir)
+    if problem:
+        cause, fix = run_dir.reason_and_fix(problem, logdir)
+        raise ConfigError(f"cannot write {os.path.abspath(logdir)} (--logdir): {cause}; {fix}; "
+                          "nothing was written")
 
 
 class ExportInterrupted(Exception):

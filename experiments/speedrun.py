@@ -1,4 +1,4 @@
-"""Time to quality: the records table of docs/results/speedrun.md (issue 42).
+"""Time to quality: the records table of docs/results/speedrun.md.
 
 Each *lever* is one change to the derived `aaafaf`'s training (its second
 stage, `./base_model.sh --architecture=aaafaf --arch_warmup_steps=0`), screened

@@ -25,6 +25,7 @@ from pardata.text import (
     decode_utf8,
     iter_chunks,
 )
+from runstore import run_dir
 
 SPLITS = ("train", "valid", "test")
 DATASETS = tuple(downloads.SOURCES) + ("text",)
@@ -184,7 +185,9 @@ def _resolve(config: BuildConfig, sources) -> tuple[dict, dict | None]:
 
 
 def check_output_dir(config: BuildConfig) -> None:
-    """Raises DataError unless --output_dir is a directory or can be created as one."""
+    """Raises DataError unless --output_dir is a directory or can be created as one, on a
+    file system this process may write (read-only and permissions are checked here; a full
+    disk only when writing, which removes the partial build)."""
     wanted = os.path.abspath(config.output_dir)
     existing = wanted
     while not os.path.exists(existing):
@@ -194,6 +197,16 @@ def check_output_dir(config: BuildConfig) -> None:
                    else f"cannot be created ({existing} is a file)")
         raise DataError(f"--output_dir={config.output_dir} {problem}; choose a directory for "
                         f"the build (default: data/{config.dataset})")
+    problem = run_dir.unwritable(wanted)  # read-only, no permission: found before the work
+    if problem:
+        raise _write_error(problem, wanted, wanted, "nothing was written")
+
+
+def _write_error(error, path, output_dir, outcome) -> DataError:
+    """The one line of a build that cannot be written: the path, the cause and the fix."""
+    cause, fix = run_dir.reason_and_fix(error, path)
+    where = "--output_dir" if path == output_dir else f"in --output_dir={output_dir}"
+    return DataError(f"cannot write {path} ({where}): {cause}; {fix}; {outcome}")
 
 
 def _texts(source: SplitSource):
@@ -390,15 +403,24 @@ def build_dataset(config: BuildConfig, *, sources=downloads.SOURCES) -> dict:
         batched[split] = (rows, count, dropped)
 
     # Every check has passed: only now is a previous build replaced.
-    _clear_output(config.output_dir)
+    output_dir = os.path.abspath(config.output_dir)
+    made_below = run_dir.deepest_directory(output_dir)
     created = []
     try:
+        _clear_output(config.output_dir)
         return _write(config, tok, ids, stats, batched, fingerprint, split_info, created)
-    except BaseException:
+    except BaseException as error:
         for path in reversed(created):
             if os.path.exists(path):
                 os.remove(path)
+        run_dir.remove_empty_directories(output_dir, made_below)
+        if isinstance(error, (OSError, records.tf.errors.OpError)):  # full, read-only, ...
+            path = getattr(error, "filename", None) or (created[-1] if created else output_dir)
+            raise _write_error(error, os.path.abspath(path), output_dir,
+                               "the partial build was removed") from None
         raise
+
+
 
 
 def _write(config, tok, ids, stats, batched, fingerprint, split_info, created) -> dict:

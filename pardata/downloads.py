@@ -25,6 +25,7 @@ from absl import logging
 
 from pardata.errors import DataError
 from pardata.text import SplitSource
+from runstore import run_dir
 
 USER_AGENT = "par-transformer-data/1.0 (+python urllib)"
 _M = 1_000_000
@@ -149,8 +150,7 @@ def download(urls, dest: str, checksum: str, timeout: float = 60.0) -> None:
         os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
         open(temp, "wb").close()
     except OSError as e:
-        raise DataError(f"cannot write {dest} ({e.strerror}); set DATA_DIR (or "
-                        "--data_dir) to a writable directory") from None
+        raise _raw_write_error(e, dest) from None
     failures = []
     for url in urls:
         logging.info("downloading %s -> %s", url, dest)
@@ -238,8 +238,12 @@ def _extract(archive: str, member: str, dest: str, checksum: str) -> None:
                 f"{member} extracted from {archive}", fix)
     except KeyError:
         raise DataError(f"archive {archive} has no member {member}; {fix}") from None
-    except (zipfile.BadZipFile, OSError) as e:
+    except zipfile.BadZipFile as e:
         raise DataError(f"cannot extract {member} from {archive} ({e}); {fix}") from None
+    except OSError as e:
+        if not os.path.isfile(archive):
+            raise DataError(f"cannot extract {member} from {archive} ({e}); {fix}") from None
+        raise _raw_write_error(e, dest) from None
 
 
 def _decompress_shipped(source: str, dest: str, checksum: str) -> None:
@@ -257,8 +261,9 @@ def _decompress_shipped(source: str, dest: str, checksum: str) -> None:
     except (lzma.LZMAError, EOFError) as e:
         raise DataError(f"cannot decompress {source} ({e}); {fix}") from None
     except OSError as e:
-        raise DataError(f"cannot decompress {source} into {dest} ({e.strerror or e}); set "
-                        "DATA_DIR (or --data_dir) to a writable directory") from None
+        if getattr(e, "filename", None) == source:  # reading the shipped copy failed
+            raise DataError(f"cannot decompress {source} ({e}); {fix}") from None
+        raise _raw_write_error(e, dest) from None
 
 
 def shipped_files(spec: DatasetSource, names) -> dict | None:
@@ -352,8 +357,14 @@ def _make_dir(directory: str) -> None:
     try:
         os.makedirs(directory, exist_ok=True)
     except OSError as e:
-        raise DataError(f"cannot create {directory} ({e.strerror}); set DATA_DIR (or "
-                        "--data_dir) to a writable directory") from None
+        raise _raw_write_error(e, directory) from None
+
+
+def _raw_write_error(error: OSError, path: str) -> DataError:
+    """A raw file (or its directory) that cannot be written: the path, cause and fix."""
+    cause, fix = run_dir.reason_and_fix(error, path)
+    return DataError(f"cannot write {os.path.abspath(path)} (the raw files: DATA_DIR or "
+                     f"--data_dir): {cause}; {fix}")
 
 
 def _fetch_and_extract(spec, data_dir, directory, missing, archive, download_missing, timeout):

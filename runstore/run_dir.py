@@ -20,8 +20,11 @@ Writes (`atomic_write`, `atomic_write_json`, `atomic_output`, `atomic_copy`):
 the content goes to a temporary name in the same directory, is flushed and
 fsync'ed, then renamed over the target (and the directory fsync'ed), so a
 reader sees the old file or the new one, never a part. A failed write (full
-disk, I/O error) removes its temporary file and raises `WriteError`, whose
-message names the file and the error. `append_line` appends one whole line or
+disk, read-only file system, I/O error) removes its temporary file and raises
+`WriteError`, whose message names the file, the error and its fix:
+`reason_and_fix` maps an errno to the fix once for every command that writes
+(build_data.py, train.py, evaluate.py, export.py), and `unwritable` finds a
+read-only or forbidden output before any work. `append_line` appends one whole line or
 nothing: a failed append is truncated back to the file's previous size.
 Temporaries left by a killed process are removed by `remove_temporaries`.
 """
@@ -83,33 +86,141 @@ def is_checkpoint_artifact(name):
 
 
 class WriteError(RuntimeError):
-    """A file could not be written (full disk, I/O error); the old file is intact.
+    """A file could not be written (full disk, read-only, ...); the old file is intact.
 
     Attributes:
         path: the file (or directory) that could not be written.
-        reason: the error, e.g. "No space left on device".
+        reason: the error, e.g. "No space left on device (ENOSPC)".
     """
 
     def __init__(self, path, reason, hint=None):
         self.path = os.fspath(path)
         self.reason = reason
-        hint = hint or ("the files written before are intact: free some space (or fix the "
-                        "disk) and run the same command again to resume")
+        if hint is None:
+            hint = (f"the files written before are intact: {reason_and_fix(reason, path)[1]}, "
+                    "then run the same command again to resume")
         super().__init__(f"cannot write {self.path}: {reason}; {hint}")
 
 
-def reason(error):
-    """A short description of an OSError or a TensorFlow error."""
+# What to do about a failed write, by errno (the cause is the OS's message). The first
+# fix is used when the path is not known; the second names the directory concerned.
+_FIXES = {
+    errno.EROFS: ("choose a writable place, or remount the file system read-write",) * 2,
+    errno.EACCES: ("choose a place you can write, or fix its permissions",
+                   "choose a place you can write, or fix the permissions of {existing}"),
+    errno.ENOSPC: ("free some space",) * 2,
+    errno.EDQUOT: ("free some space (the disk quota is full)",) * 2,
+    errno.ENOENT: ("a parent directory is missing: create it or fix the path",
+                   "the directory {parent} does not exist: create it or fix the path"),
+    errno.ENOTDIR: ("a part of the path is a file, not a directory: fix the path",
+                    "{existing} is a file, not a directory: fix the path"),
+}
+_FIXES[errno.EPERM] = _FIXES[errno.EACCES]
+_OTHER_FIX = "check the path and the disk"
+_TEXT_ERRORS = (*_FIXES, errno.EIO)  # found by their message in TensorFlow's errors
+
+
+def _error_code(error):
+    """The errno of an OSError, or the one whose message or name a text holds, else None."""
+    if isinstance(error, OSError) and error.errno:
+        return error.errno
+    text = str(error)
+    for code in _TEXT_ERRORS:
+        if f"({errno.errorcode[code]})" in text or os.strerror(code) in text:
+            return code
+    return None
+
+
+def reason_and_fix(error, path=None):
+    """The cause of a failed write and its fix: the one table of the project's write errors.
+
+    Args:
+        error: an OSError, a TensorFlow error, or the text of either (e.g. a `reason`).
+        path: what was written; default: the OSError's file name. With it, the fix
+            names the directory to create or fix.
+
+    Returns:
+        (cause, fix): cause the OS's message and the errno's name ("Read-only file
+        system (EROFS)"); fix an imperative phrase ("choose a writable place, or remount
+        the file system read-write"; for an errno not in the table, "check the path and
+        the disk").
+    """
+    code = _error_code(error)
     if isinstance(error, OSError) and error.strerror:
         name = errno.errorcode.get(error.errno, "")
-        return f"{error.strerror} ({name})" if name else error.strerror
-    text = str(error).strip()
-    for marker in ("No space left on device", "Input/output error", "Disk quota exceeded",
-                   "Read-only file system"):
-        if marker in text:
-            return marker
-    first = text.splitlines()[0] if text else type(error).__name__
-    return first[:300]
+        cause = f"{error.strerror} ({name})" if name else error.strerror
+    elif isinstance(error, str):
+        cause = error
+    else:  # a TensorFlow error: its text holds the OS's message, or is the cause
+        text = str(error).strip()
+        cause = f"{os.strerror(code)} ({errno.errorcode[code]})" if code else (
+            text.splitlines()[0][:300] if text else type(error).__name__)
+    general, located = _FIXES.get(code, (_OTHER_FIX, _OTHER_FIX))
+    path = path if path is not None else getattr(error, "filename", None)
+    if path is None:
+        return cause, general
+    path = os.path.abspath(os.fspath(path))
+    parent, existing = os.path.dirname(path), _deepest_existing(path)
+    if code == errno.ENOENT and existing == parent:  # e.g. /proc: no new files there
+        located = "{parent} takes no new files (a virtual file system?): choose another place"
+    elif (code == errno.ENOENT and existing == path) or (
+            code == errno.ENOTDIR and os.path.isdir(existing)):
+        located = general  # the path is there (it was removed, or the error is elsewhere)
+    return cause, located.format(parent=parent, existing=existing)
+
+
+def _deepest_existing(path):
+    """`path` if it exists, else its deepest existing parent."""
+    while not os.path.lexists(path):
+        path = os.path.dirname(path)
+    return path
+
+
+def deepest_directory(path):
+    """The deepest existing directory on the absolute `path` (`path` itself if it is one):
+    what a `makedirs(path)` would start below, for `remove_empty_directories`."""
+    path = os.path.abspath(os.fspath(path))
+    while not os.path.isdir(path):
+        path = os.path.dirname(path)
+    return path
+
+
+def remove_empty_directories(directory, stop):
+    """Removes `directory` and its parents up to (not including) `stop` while they are
+    empty: undoes the directories a failed or refused start created below `stop`."""
+    directory = os.path.abspath(os.fspath(directory))
+    while directory != stop and directory.startswith(stop):
+        try:
+            os.rmdir(directory)
+        except OSError:
+            return
+        directory = os.path.dirname(directory)
+
+
+def unwritable(path):
+    """The error writing `path` (a file or directory to create or replace) would meet,
+    found without writing: an OSError (EROFS, EACCES, ENOTDIR) naming the directory at
+    fault, or None.
+
+    Checks the deepest existing directory on the path, so that a command refuses an
+    output it cannot write before its work (a full disk is found only by writing).
+    """
+    path = os.path.abspath(os.fspath(path))
+    existing = _deepest_existing(path)
+    if existing == path and not os.path.isdir(path):
+        existing = os.path.dirname(path)  # an existing file is replaced in its directory
+    if not os.path.isdir(existing):
+        code = errno.ENOTDIR
+    elif os.access(existing, os.W_OK | os.X_OK):
+        return None
+    else:
+        code = errno.EROFS if os.statvfs(existing).f_flag & os.ST_RDONLY else errno.EACCES
+    return OSError(code, os.strerror(code), existing)
+
+
+def reason(error):
+    """A short description of an OSError or a TensorFlow error (`reason_and_fix`'s cause)."""
+    return reason_and_fix(error)[0]
 
 
 def temporary_name(path, suffix=""):

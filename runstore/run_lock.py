@@ -36,6 +36,7 @@ import time
 
 from absl import logging
 
+from runstore import run_dir
 from runstore.errors import ConfigError
 from runstore.run_dir import LOCK_FILE
 
@@ -92,14 +93,17 @@ class RunLock:
     """Exclusive lock on a run directory (a context manager; also acquire/release).
 
     Args:
-        model_dir: the run directory; created if absent (and removed again on
-            release if it is still empty, so a refused or failed start leaves
-            nothing behind).
+        model_dir: the run directory; created if absent, with its missing parents
+            (and removed again on release if still empty, so a refused or failed
+            start leaves nothing behind).
 
     Raises (from acquire / __enter__):
         RunDirLocked: another live run holds the directory, or a stale lock
             from another host cannot be checked; the message names the
             directory, the owner's PID and host, and the fix.
+        runstore.run_dir.WriteError: the directory or its lock file cannot be
+            written (read-only or full file system, no permission, a file on
+            the path); the message names the directory, the cause and the fix.
     """
 
     def __init__(self, model_dir: str):
@@ -107,6 +111,7 @@ class RunLock:
         self.path = os.path.join(model_dir, LOCK_FILE)
         self._fd = None
         self._created_dir = False
+        self._created_below = None  # the deepest directory that existed before
 
     @property
     def locked(self) -> bool:
@@ -115,11 +120,18 @@ class RunLock:
     def acquire(self) -> "RunLock":
         if self._fd is not None:
             raise RuntimeError(f"{self.path} is already held by this RunLock")
-        if not os.path.isdir(self.model_dir):
-            os.makedirs(self.model_dir, exist_ok=True)
-            self._created_dir = True
         try:
+            if not os.path.isdir(self.model_dir):
+                self._created_below = run_dir.deepest_directory(self.model_dir)
+                self._created_dir = True  # a failed makedirs may have made some of them
+                os.makedirs(self.model_dir, exist_ok=True)
             self._fd = self._lock()
+        except OSError as error:  # read-only, full, no permission, a file on the path
+            self._remove_created_dir()
+            cause, fix = run_dir.reason_and_fix(error)
+            raise run_dir.WriteError(
+                f"{os.path.abspath(self.model_dir)} (--model_dir)", cause,
+                f"{fix}; nothing was written") from None
         except BaseException:
             self._remove_created_dir()
             raise
@@ -192,12 +204,10 @@ class RunLock:
             self._remove_created_dir()
 
     def _remove_created_dir(self) -> None:
+        """Removes the directories `acquire` created, those still empty."""
         if self._created_dir:
             self._created_dir = False
-            try:
-                os.rmdir(self.model_dir)  # only if still empty
-            except OSError:
-                pass
+            run_dir.remove_empty_directories(self.model_dir, self._created_below)
 
     def __enter__(self) -> "RunLock":
         return self.acquire()

@@ -128,9 +128,16 @@ def check_output(path):
         raise EvaluationError(f"--output={path} must be a file name (a .json file)")
     if not os.path.isdir(parent):
         raise EvaluationError(f"--output={path}: directory {parent} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise EvaluationError(f"--output={path}: directory {parent} is not writable")
+    problem = run_dir.unwritable(path)  # read-only, no permission
+    if problem:
+        raise _write_error(path, problem)
     return path
+
+
+def _write_error(path, error):
+    cause, fix = run_dir.reason_and_fix(error, path)
+    return EvaluationError(f"--output={path}: cannot write {os.path.abspath(path)}: {cause}; "
+                           f"{fix}; nothing was written")
 
 
 def write_result(path, result):
@@ -143,6 +150,5 @@ def write_result(path, result):
     try:
         run_dir.atomic_write_json(path, result)
     except run_dir.WriteError as error:
-        raise EvaluationError(f"--output={path}: cannot write it ({error.reason}); nothing "
-                              "was written") from None
+        raise _write_error(path, error.reason) from None
     return path

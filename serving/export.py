@@ -95,12 +95,13 @@ def check_output(path, overwrite, name=None,
         The path, a str.
 
     Raises:
-        ExportError: the path is empty, exists (without `overwrite`) or its
-            directory does not exist.
+        ExportError: the path is empty, exists (without `overwrite`), its
+            directory does not exist or cannot be written (read-only, no permission).
     """
     path = os.fspath(path)
     if not path:
         raise ExportError("the output path is empty: give a file or directory name")
+    flag = f" ({name.split('=')[0]})" if name else ""  # e.g. train.py's --export
     name = name or f"output {path}"
     if os.path.exists(path) and not overwrite:
         raise ExportError(f"{name} already exists: remove it, choose another output or "
@@ -108,6 +109,11 @@ def check_output(path, overwrite, name=None,
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise ExportError(f"the directory {parent} of {name} does not exist: create it first")
+    problem = run_dir.unwritable(path)  # read-only, no permission: before loading the model
+    if problem:
+        cause, fix = run_dir.reason_and_fix(problem, path)
+        raise ExportError(f"cannot write {os.path.abspath(path)}{flag}: {cause}; {fix}; "
+                          "nothing was written")
     return path
 
 
@@ -157,8 +163,9 @@ class _Untracked:
 
 
 def _write_error(path, error):
-    return ExportError(f"cannot write {path}: {run_dir.reason(error)}; nothing was written "
-                       "(the temporary files are removed): free some space and export again")
+    cause, fix = run_dir.reason_and_fix(error, path)
+    return ExportError(f"cannot write {os.path.abspath(path)}: {cause}; nothing was written "
+                       f"(the temporary files are removed): {fix}, then export again")
 
 
 class ServingModule(tf.Module):

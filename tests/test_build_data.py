@@ -184,9 +184,12 @@ def test_cli_errors_are_one_line(tmp_path, project_root):
     (tmp_path / "notes.md").write_text("mine")
     for flags, message in (
             (["--seq_len=0"], "error: --seq_len must be >= 1"),
+            # An output of their own: the default data/<dataset> may hold the user's build.
             (["--dataset=text", f"--train_file={tmp_path}/none.txt", "--valid_file=a",
-              "--test_file=b"], f"error: input file {tmp_path}/none.txt does not exist"),
-            (["--dataset=text", f"--train_file={tmp_path}", "--valid_file=a", "--test_file=b"],
+              "--test_file=b", f"--output_dir={tmp_path}/out"],
+             f"error: input file {tmp_path}/none.txt does not exist"),
+            (["--dataset=text", f"--train_file={tmp_path}", "--valid_file=a", "--test_file=b",
+              f"--output_dir={tmp_path}/out"],
              f"error: input file {tmp_path} is a directory, not a text file; pass the text "
              "file itself to --train_file"),
             ([f"--output_dir={tmp_path}/notes.md"],

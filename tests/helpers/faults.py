@@ -180,14 +180,15 @@ def leftovers(directory):
 
 
 @contextlib.contextmanager
-def small_tmpfs(path, size):
-    """Mounts a tmpfs of `size` (mount's spelling, e.g. "16m") on the directory `path` for
-    the block; skips the test where mounting is not allowed."""
+def small_tmpfs(path, size, read_only=False):
+    """Mounts a tmpfs of `size` (mount's spelling, e.g. "16m"; `read_only`: mounted ro) on
+    the directory `path` for the block; skips the test where mounting is not allowed."""
     import pytest
 
     if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs to fill needs root (the suite runs as root in CI)")
-    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+        pytest.skip("mounting a small tmpfs needs root (the suite runs as root in CI)")
+    options = f"ro,size={size}" if read_only else f"size={size}"
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
                            capture_output=True, text=True)
     if mount.returncode:
         pytest.skip(f"mount -t tmpfs is not permitted here: {mount.stderr.strip()}")
