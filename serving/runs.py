@@ -14,7 +14,7 @@ import data_utils
 from model.families import FAMILIES, build_model
 from model.interface import check_model
 from pardata.meta import META_FILE
-from runstore import checkpoints
+from runstore import checkpoints, progress, run_dir
 from runstore.config import RunConfig
 from runstore.run_dir import CONFIG_FILE, DATA_DIR
 from serving.decoder import Decoder
@@ -118,6 +118,17 @@ def override_model(config, overrides, model_dir):
         raise GenerationError(f"--{'/--'.join(overrides)}: {error}") from None
 
 
+def _note_unfinished(model_dir, path):
+    """One warning line when the run is still training (no metrics.json yet): what is
+    used, how far the run got and how to finish it (generate, evaluate and export alike)."""
+    reached = progress.run_progress(model_dir)
+    if not reached.finished:
+        step = run_dir.checkpoint_step(path)
+        logging.warning("%s is %s: using its checkpoint %s; run its training command again to "
+                        "finish it", model_dir, reached.describe(),
+                        f"at step {step:,}" if step is not None else path)
+
+
 def load_run(model_dir, checkpoint="best", model_overrides=None):
     """Loads a trained run: config, tokenizer and the weights of one checkpoint.
 
@@ -152,6 +163,7 @@ def load_run(model_dir, checkpoint="best", model_overrides=None):
     if model_overrides:
         config = override_model(config, dict(model_overrides), model_dir)
     path = resolve_checkpoint(model_dir, checkpoint)
+    _note_unfinished(model_dir, path)
     data_dir = _tokenizer_dir(model_dir, config)
     try:
         meta, tokenizer = data_utils.load_built(data_dir)

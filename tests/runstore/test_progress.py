@@ -67,3 +67,19 @@ def test_generate_and_evaluate_against_a_stopped_pipeline(pipeline_dirs, cli_cas
         assert lines[0].startswith(f"error: --model={package} does not exist: it is not "
                                    f"written yet: {pipeline_dirs / 'x_retrain'} is unfinished: "
                                    "step 4 of 10"), (name, lines[0])
+
+
+def test_loading_an_unfinished_run_says_what_it_uses(pipeline_dirs, caplog):
+    import logging
+
+    from serving.runs import load_run
+
+    with caplog.at_level(logging.WARNING):
+        load_run(str(pipeline_dirs / "x"))
+    assert not [r for r in caplog.records if "unfinished" in r.getMessage()]
+    with caplog.at_level(logging.WARNING):
+        load_run(str(pipeline_dirs / "x_retrain"))
+    notes = [r.getMessage() for r in caplog.records if "unfinished" in r.getMessage()]
+    assert notes == [f"{pipeline_dirs / 'x_retrain'} is unfinished: step 4 of 10 (its last "
+                     "checkpoint): using its checkpoint at step 4; run its training command "
+                     "again to finish it"]
