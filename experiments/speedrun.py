@@ -32,6 +32,7 @@ import subprocess
 import sys
 import time
 
+import pardata.quiet  # noqa: F401  (TensorFlow's start-up noise, before collect_run loads it)
 from tools import collect_run, wall_time
 
 RUNS = pathlib.Path("runs", "speedrun")
