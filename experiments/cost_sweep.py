@@ -225,8 +225,24 @@ def run_train(command, run_dir, max_steps, heartbeat):
     return code, time.perf_counter() - start
 
 
-def run_stage(name, max_steps, stage_flags, args):
-    """Runs (or resumes, or reads) one stage; returns its run directory."""
+def run_stage(name, max_steps, stage_flags, args, command=None):
+    """Runs (or resumes, or reads) one stage; returns its run directory.
+
+    A finished run (metrics.json at `max_steps`) is read; a planned one resumes with the
+    command of its plan (PLAN_FILE); a new one is planned, then trained.
+
+    Args:
+        name: the run directory <args.runs_dir>/<name>.
+        max_steps: the step at which the run is finished.
+        stage_flags: flags of the stage, after the sweep's (`stage_command`).
+        args: needs runs_dir and heartbeat (and `stage_command`'s fields unless
+            `command` is given).
+        command: the whole command to plan instead of `stage_command`'s (another
+            driver's, e.g. experiments/frontier.py); `stage_flags` is then unused.
+
+    Raises:
+        SweepError: a foreign run directory, or a failed run (it resumes next time).
+    """
     run_dir = pathlib.Path(args.runs_dir) / name
     status = run_status(run_dir, PLAN_FILE)
     if status == "finished":
@@ -235,7 +251,8 @@ def run_stage(name, max_steps, stage_flags, args):
     if status == "foreign":
         raise SweepError(f"{run_dir} holds a training run without {PLAN_FILE} (not started by "
                          "this script): remove it or pass another --runs_dir")
-    command = stage_command(run_dir, max_steps, stage_flags, args)
+    if command is None:
+        command = stage_command(run_dir, max_steps, stage_flags, args)
     if status == "new":
         plan = dict(name=name, max_steps=max_steps, command=command, attempts=[])
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -315,17 +332,12 @@ def measure_throughput(retrain_dirs, args):
     if cached is not None and cached["key"] == key:
         print(f"throughput: read from {path}", flush=True)
         return cached
-    from bench import bench_train  # TensorFlow is imported here, after the training stages
-    import pardata.quiet  # noqa: F401  (TensorFlow start-up noise)
-
     print(f"throughput: {len(models)} networks ({', '.join(models)}), {args.rounds} "
           f"interleaved rounds of ~{args.sample_seconds:g} s each", flush=True)
     load_start = common.loadavg()
-    with tempfile.TemporaryDirectory(prefix="cost_sweep_") as workdir:
-        cases = [bench_train.Case(arch, model, first.batch_size, first.seq_len, args.precision,
-                                  workdir, use_trainer=True) for arch, model in models.items()]
-        steps = bench_train.warm_up(cases, args.sample_seconds)
-        samples = bench_train.sample_interleaved(cases, steps, args.rounds)
+    samples, steps, step_kind = sample_throughput(models, first.batch_size, first.seq_len,
+                                                  args.precision, args.rounds,
+                                                  args.sample_seconds)
     tokens = first.batch_size * first.seq_len
     networks = {arch: dict(
         tokens_per_sec=tokens / statistics.median(samples[arch]),
@@ -333,11 +345,43 @@ def measure_throughput(retrain_dirs, args):
         relative_flops=flops.relative_to_transformer_xl(
             models[arch], arch, first.seq_len, models[arch].mem_len)["total"],
         steps_per_sample=steps[arch], samples_s=samples[arch]) for arch in models}
-    result = dict(key=key, reference=reference, networks=networks, step=cases[0].step_kind,
+    result = dict(key=key, reference=reference, networks=networks, step=step_kind,
                   loadavg_start=load_start, loadavg_end=common.loadavg(),
                   cost_per_block=cost_per_block(first))
     common.write_json(path, result)
     return result
+
+
+def sample_throughput(models, batch_size, seq_len, precision, rounds, sample_seconds):
+    """Seconds per training step of several networks, sampled round by round in this process.
+
+    Each network is bench/bench_train.py's Case (the trainer's own train_step on
+    Zipf-distributed ids: no input pipeline, no evaluation), traced, warmed up and
+    calibrated to about `sample_seconds` a sample (`warm_up`); then every round samples
+    every network once, in order (`sample_interleaved`), so load from other processes
+    hits all of them alike and the rounds pair the samples (common.paired_ratio).
+    Imports TensorFlow (the drivers call it after their training runs).
+
+    Args:
+        models: name -> model config; the name labels its samples.
+        batch_size, seq_len: the global batch [B, T] of every network.
+        precision: train.py's --precision of the step.
+        rounds: number of interleaved rounds.
+        sample_seconds: length of one sample.
+
+    Returns:
+        (samples: name -> seconds per step, one per round; steps: name -> steps per
+        sample; the step that was timed, e.g. "training.trainer.Trainer.train_step").
+    """
+    from bench import bench_train  # TensorFlow is imported here
+    import pardata.quiet  # noqa: F401  (TensorFlow start-up noise)
+
+    with tempfile.TemporaryDirectory(prefix="cost_sweep_") as workdir:
+        cases = [bench_train.Case(name, model, batch_size, seq_len, precision, workdir,
+                                  use_trainer=True) for name, model in models.items()]
+        steps = bench_train.warm_up(cases, sample_seconds)
+        samples = bench_train.sample_interleaved(cases, steps, rounds)
+    return samples, steps, cases[0].step_kind
 
 
 def cost_per_block(config):
