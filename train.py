@@ -386,6 +386,7 @@ def main(argv):
         export_path = _check_export(flags.FLAGS.export, overwrite)
         _check_logdir(config)
         logging.info("%s", config_summary(config))
+        _log_plan(config, export_path)
         results = train(config, overwrite=overwrite)
         exported = _export(config, results, export_path, overwrite) if export_path else None
     except (TrainingInterrupted, ExportInterrupted) as stop:
@@ -399,6 +400,19 @@ def main(argv):
     if "retrain" in results or exported:
         print(pipeline_summary(results, exported))
     return 0
+
+
+def _log_plan(config, export_path):
+    """The command's later stages (the plug-ins' `plan_lines`) and its export, up front."""
+    import data_utils
+    from training import plugins
+
+    records = data_utils.load_meta(config.data_dir)["splits"]["train"]["records"]
+    for line in plugins.plan_lines(config, records):
+        logging.info("%s", line)
+    if export_path:
+        logging.info("at the end, the final network's best checkpoint is exported to %s",
+                     export_path)
 
 
 def _check_export(path, overwrite):

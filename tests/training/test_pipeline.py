@@ -188,3 +188,23 @@ def test_retrain_init_supernet_sets_the_second_stage_to_start_from_the_search(
     assert follow.search.init_from == str(tmp_path / "search")
     second = _config(short_word_data, tmp_path / "s2")
     assert retrain_config(second, "af").search.init_from == ""
+
+
+def test_the_command_announces_both_stages_up_front(short_word_data, tmp_path):
+    from training import plugins
+
+    config = _config(short_word_data, tmp_path / "search", "--retrain_epochs=2")
+    records = json.loads((short_word_data / "meta.json").read_text())["splits"]["train"][
+        "records"]
+    assert plugins.plan_lines(config, records) == [
+        f"this command runs two stages: 1. the search in {tmp_path / 'search'}, at most 80 "
+        "steps (it ends once every block's choice is stable); 2. the derived network trained "
+        f"from scratch for {2 * records:,} steps in {tmp_path / 'search'}_retrain, then "
+        "evaluated on test"]
+    # A search without a second stage, and a fixed network, announce nothing.
+    assert plugins.plan_lines(config.replace(search=config.search.replace(
+        then_retrain=False, retrain_epochs=0, stop_rule="frozen")), records) == []
+    fixed = config.replace(model=config.model.replace(architecture="af"),
+                           search=config.search.replace(then_retrain=False, retrain_epochs=0,
+                                                        stop_rule="frozen"))
+    assert plugins.plan_lines(fixed, records) == []

@@ -117,6 +117,11 @@ def summary_lines(config, results):
     return [line for cls in registered() for line in cls.summary_lines(config, results)]
 
 
+def plan_lines(config, train_records):
+    """The registered plug-ins' lines announcing the command's later stages."""
+    return [line for cls in registered() for line in cls.plan_lines(config, train_records)]
+
+
 def next_commands(config, results):
     """The registered plug-ins' commands for the summary's "next:" list, in registry order."""
     return [line for cls in registered() for line in cls.next_commands(config, results)]

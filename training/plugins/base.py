@@ -188,6 +188,12 @@ class Plugin:
         return []
 
     @classmethod
+    def plan_lines(cls, config, train_records):
+        """Lines the command logs before it starts about the stages it will run after this
+        one (a search followed by its retrain), with their steps and run directories."""
+        return []
+
+    @classmethod
     def next_commands(cls, config, results):
         """Commands the summary lists first under "next:" (without indent; a
         `   # why` comment may follow the command)."""

@@ -394,6 +394,10 @@ class ParSearch(Plugin):
         return arch_summaries.result_lines(config, results)
 
     @classmethod
+    def plan_lines(cls, config, train_records):
+        return arch_summaries.plan_lines(config, train_records)
+
+    @classmethod
     def next_commands(cls, config, results):
         return arch_summaries.next_commands(config, results)
 

@@ -16,7 +16,8 @@ import os
 import numpy as np
 
 from model.transformer_xl import blocks
-from training.plugins.par_search.retrain import retrain_command
+from training.plan import total_steps
+from training.plugins.par_search.retrain import retrain_command, retrain_config
 
 # Pixels per cell of the block-by-choice heat map: TensorBoard shows images at
 # their native size, and a 6x3 image would be unreadable.
@@ -98,6 +99,24 @@ def result_lines(config, results):
                      f"{config.search.stop_rule}) and ends there by design")
     why = no_attention_note(derivation, results["step"])
     return lines + ([why] if why else [])
+
+
+def plan_lines(config, train_records):
+    """The two stages of a search with --then_retrain, announced before it starts: the
+    search's run directory and most steps (with how it ends), the retrain's steps and run
+    directory; [] for any other run."""
+    search = config.search
+    if not search.then_retrain or getattr(config.model, "architecture", None) != "supernet":
+        return []
+    steps = total_steps(config, train_records)
+    # The retrain's length does not depend on the architecture it will train.
+    retrain = retrain_config(config, "a" * config.model.num_blocks)
+    ends = ("once every block's choice is stable" if search.stop_rule == "stable"
+            else "once every block is frozen")
+    return [f"this command runs two stages: 1. the search in {config.model_dir}, at most "
+            f"{steps:,} steps (it ends {ends}); 2. the derived network trained from scratch "
+            f"for {total_steps(retrain, train_records):,} steps in {retrain.model_dir}, then "
+            "evaluated on test"]
 
 
 def next_commands(config, results):
