@@ -25,6 +25,9 @@ nothing else is used by the trainer, the evaluator, generation or export:
         by role (matrices and embeddings; never biases, norm scales,
         relative biases, spans, gates or architecture logits)
 
+Of those, `is_hidden_matrix_by_role` picks the hidden matrices (what Muon
+orthogonalises): not the vocabulary-sized input and output layers.
+
 State is a flat list of per-row tensors so that tf.distribute can split it by
 rows (replica r owns rows [r*B/R, (r+1)*B/R)), checkpoints can store it, and a
 SavedModel signature can take it as separate named inputs.
@@ -32,6 +35,8 @@ SavedModel signature can take it as separate named inputs.
 This module holds no TensorFlow import: `check_model` only inspects
 attributes, so it is cheap to call on any object.
 """
+
+import re
 
 INTERFACE_METHODS = (
     "initial_state", "state_signature", "token_nll", "log_probs", "extra_losses",
@@ -42,6 +47,11 @@ WEIGHTS_GROUP = "weights"
 # Weight decay by role: a variable is decayed when its name ends with one of
 # these (Dense/LSTM kernels, projections, embedding tables).
 DECAYED_SUFFIXES = ("kernel", "projection", "embeddings")
+# The weights of the vocabulary-sized layers (model/layers/adaptive_softmax.py):
+# embedding tables (`embeddings`, the adaptive input's `head_embeddings`,
+# `tail_<i>_embeddings`) and the adaptive softmax's and adaptive input's head
+# and tail weights (`head_kernel`, `tail_<i>_projection`, `tail_<i>_kernel`).
+_VOCABULARY_WEIGHT = re.compile(r"embeddings$|^head_|^tail_\d+_")
 
 
 def is_decayed_by_role(variable):
@@ -51,6 +61,27 @@ def is_decayed_by_role(variable):
     position_bias), spans, gates and architecture logits are not.
     """
     return variable.name.split("/")[-1].endswith(DECAYED_SUFFIXES)
+
+
+def is_hidden_matrix_by_role(variable):
+    """True for a decayed weight of rank >= 2 inside the network body.
+
+    The hidden matrices are what Muon orthogonalises (K. Jordan et al. 2024,
+    kellerjordan.github.io/posts/muon: Muon is for the hidden weight layers;
+    the input embedding, the output layer, gains and biases take AdamW):
+    attention query/key/value/position/output kernels (rank 3), feed-forward
+    and LSTM kernels. Not the input embedding tables, nor any weight of the
+    output adaptive softmax or of the adaptive input (its tail projections
+    belong to the embedding), nor anything `is_decayed_by_role` leaves out
+    (biases, norms, relative biases, spans, gates, architecture logits),
+    whatever its rank. The trainer applies it to `weight_decay_variables()`.
+
+    Args:
+        variable: a model weight (anything with `name` and `shape`).
+    """
+    leaf = variable.name.split("/")[-1]
+    return (len(variable.shape) >= 2 and is_decayed_by_role(variable)
+            and not _VOCABULARY_WEIGHT.search(leaf))
 
 
 def check_model(model):

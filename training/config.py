@@ -138,7 +138,8 @@ class TrainConfig(ConfigBase):
         tuple(_OPTIMIZER_TABLE))
     learning_rate: float = _field(1e-3, "optimisation", "Peak learning rate of the weights.")
     weight_decay: float = _field(0.0, "optimisation", "Weight decay: of the weight matrices "
-                                 "(adam, adamw, lamb, adagrad), of every weight (lamb_sharnn).")
+                                 "(adam, adamw, lamb, adagrad, muon, lion), of every weight "
+                                 "(lamb_sharnn).")
     beta_1: float = _field(0.9, "optimisation", "Adam beta_1 of the weights optimizer.")
     beta_2: float = _field(0.999, "optimisation", "Adam beta_2 of the weights optimizer.")
     epsilon: float = _field(1e-8, "optimisation", "Adam epsilon of both optimizers.")

@@ -3,14 +3,16 @@
 A group (`training.plugins.base.OptimizerGroup`) is a list of variables with
 its optimizer, L2 term and clipping norm. The weights' optimizer is
 --optimizer's (training/optimizers) at the run's learning-rate schedule,
-wrapped in a loss-scale optimizer under mixed_float16. Every optimizer's own
+wrapped in a loss-scale optimizer under mixed_float16; an optimizer that
+takes them (muon) is also given the hidden matrices among the weights
+(`model.interface.is_hidden_matrix_by_role`). Every optimizer's own
 cross-replica gradient sum is switched off: the trainer sums the gradients
 once, before clipping (training/trainer.py documents the step).
 """
 
 import keras
 
-from model.interface import WEIGHTS_GROUP
+from model.interface import WEIGHTS_GROUP, is_hidden_matrix_by_role
 from training import optimizers
 from training.plugins.base import OptimizerGroup
 
@@ -40,12 +42,13 @@ def make_groups(model, config, plugins, lr_schedule, step):
     weights = list(model.variable_groups()[WEIGHTS_GROUP])
     decayed = {id(v) for v in model.weight_decay_variables()}
     not_decayed = [v for v in weights if id(v) not in decayed]
+    matrices = [v for v in model.weight_decay_variables() if is_hidden_matrix_by_role(v)]
     spec = optimizers.get_optimizer(config.optimizer)
 
     def learning_rate():
         return lr_schedule(step)
 
-    optimizer = spec.make(learning_rate, config, not_decayed)
+    optimizer = spec.make(learning_rate, config, not_decayed, matrices)
     if config.precision == "mixed_float16":
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     l2 = config.weight_decay if spec.decay == optimizers.L2 else 0.0

@@ -37,6 +37,11 @@ _FAMILY_FLAGS = {
     # full steps of either sign (test_xla.py says more), so the replicas'
     # summation order would show in the weights: epsilon 1e-6 here.
     "adaptive_span": [*SPAN_TINY, "--dropout=0", "--epsilon=1e-6"],
+    # Muon (Newton-Schulz on the hidden matrices, Adam on the rest) and Lion.
+    "transformer_xl_muon": ["--preset=tiny", "--num_blocks=2", "--dropout=0", "--optimizer=muon"],
+    "sha_rnn_lion": ["--model_family=sha_rnn", "--preset=sha_rnn_tiny", "--dropout=0",
+                     "--dropout_input=0", "--dropout_hidden=0", "--attn_dropout=0",
+                     "--optimizer=lion"],
 }
 
 # Child: per family (argv[3], JSON family -> flags), the same global batches

@@ -36,6 +36,12 @@ _FAMILY_FLAGS = {
     "transformer_xl_freezing": ["--preset=tiny", "--num_blocks=3", "--arch_learning_rate=0.3",
                                 "--freeze_threshold=0.6", "--freeze_window=3"],
     "adaptive_span": SPAN_TINY,
+    # The optimizers with slots of their own kinds (Muon: momentum for every weight,
+    # Adam's velocity for the non-matrices; Lion: one momentum), decay on.
+    "transformer_xl_muon": ["--preset=tiny", "--num_blocks=2", "--optimizer=muon",
+                            "--weight_decay=0.01"],
+    "sha_rnn_lion": ["--model_family=sha_rnn", "--preset=sha_rnn_tiny", "--optimizer=lion",
+                     "--weight_decay=0.01"],
 }
 
 # Trains each run of argv[1] (JSON list of train.py argument lists) in turn,

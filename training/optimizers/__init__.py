@@ -26,6 +26,13 @@ module in this package:
                  reference's experiments), the accumulator summing
                  the unclipped squares, epsilon after the square root. The
                  adaptive_span_* presets' default.
+    muon         Muon (muon.py): Nesterov momentum orthogonalised by
+                 Newton-Schulz on the model's hidden matrices (chosen by role,
+                 rank-3 attention kernels matricised), Adam on the other
+                 weights; decoupled weight decay. Its factory also takes the
+                 matrices (`OptimizerSpec.takes_matrices`).
+    lion         Keras' Lion (Chen et al. 2023, arXiv 2302.06675): the sign of
+                 interpolated momentum; decoupled weight decay.
 
 Decay rules (`OptimizerSpec.decay`): L2 and DECOUPLED only ever touch
 `model.weight_decay_variables()` (chosen by role, see model/interface.py);
@@ -79,6 +86,25 @@ def _lamb_sharnn(keras, learning_rate, config):
         weight_norm_clip=clip or None)
 
 
+def _muon(keras, learning_rate, config, matrices):
+    from training.optimizers.muon import RoleMuon
+
+    if not matrices:
+        raise ValueError("--optimizer=muon needs the model's hidden matrices: "
+                         "OptimizerSpec.make(..., matrices=...) (training/optimizer_groups.py)")
+    return RoleMuon(learning_rate=learning_rate, matrices=matrices, adam_beta_1=config.beta_1,
+                    adam_beta_2=config.beta_2, epsilon=config.epsilon,
+                    weight_decay=config.weight_decay)
+
+
+def _lion(keras, learning_rate, config):
+    if not config.beta_1 > 0:
+        raise ValueError(f"--beta_1={config.beta_1:g} makes --optimizer=lion sign descent on "
+                         "the raw gradient: use --beta_1 > 0 (the paper's 0.9)")
+    return keras.optimizers.Lion(learning_rate=learning_rate, beta_1=config.beta_1,
+                                 beta_2=config.beta_2, weight_decay=config.weight_decay or None)
+
+
 def _adagrad(keras, learning_rate, config):
     return keras.optimizers.Adagrad(learning_rate=learning_rate, initial_accumulator_value=0.0,
                                     epsilon=config.epsilon)
@@ -111,6 +137,8 @@ class OptimizerSpec:
             one they are an error).
         clip_note: logged as a warning when a run combines this optimizer
             with a global --clip_norm (empty: nothing to say).
+        takes_matrices: the factory also takes `matrices=`, the weights
+            that are hidden matrices (model/interface.py).
     """
 
     name: str
@@ -119,8 +147,9 @@ class OptimizerSpec:
     factory: Callable
     options: tuple = ()
     clip_note: str = ""
+    takes_matrices: bool = False
 
-    def make(self, learning_rate, config, not_decayed=()):
+    def make(self, learning_rate, config, not_decayed=(), matrices=()):
         """The Keras optimizer (not built).
 
         Args:
@@ -129,6 +158,9 @@ class OptimizerSpec:
             not_decayed: weights that must not be decayed by role (a
                 DECOUPLED optimizer excludes them; an L2 one never sees
                 decay; IN_UPDATE decays every weight, as its reference).
+            matrices: the weights that are hidden matrices
+                (`model.interface.is_hidden_matrix_by_role`), for an optimizer
+                that `takes_matrices`; ignored by the others.
         """
         import keras
 
@@ -137,7 +169,8 @@ class OptimizerSpec:
 
             logging.warning("--optimizer=%s with --clip_norm=%g: %s", self.name,
                             config.clip_norm, self.clip_note)
-        optimizer = self.factory(keras, learning_rate, config)
+        extra = dict(matrices=list(matrices)) if self.takes_matrices else {}
+        optimizer = self.factory(keras, learning_rate, config, **extra)
         if self.decay == DECOUPLED and config.weight_decay > 0 and not_decayed:
             optimizer.exclude_from_weight_decay(var_list=list(not_decayed))
         return optimizer
@@ -159,6 +192,15 @@ OPTIMIZERS = {spec.name: spec for spec in (
                   "the unclipped squares, epsilon after the square root; L2 weight decay added "
                   "to the gradient.", _adagrad_clip, options=("tensor_clip_norm",),
                   clip_note=_ADAGRAD_CLIP_NOTE),
+    OptimizerSpec("muon", DECOUPLED, "Muon: Nesterov momentum 0.95 orthogonalised by 5 "
+                  "Newton-Schulz steps, scaled by 0.2 sqrt(max(rows, cols)) (Moonlight: Adam's "
+                  "learning rate fits), on the hidden matrices (attention kernels as "
+                  "[D, heads*head_dim]); Adam (--beta_1, --beta_2, --epsilon) on embeddings, "
+                  "softmax, biases and norms; decoupled weight decay.", _muon,
+                  takes_matrices=True),
+    OptimizerSpec("lion", DECOUPLED, "Lion: sign of interpolated momentum (--beta_1, --beta_2; "
+                  "the paper's 0.9, 0.99), decoupled weight decay. Wants a learning rate 3-10x "
+                  "smaller than Adam's (and a weight decay as much larger).", _lion),
 )}
 
 
