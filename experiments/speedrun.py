@@ -82,6 +82,8 @@ RUNS_TABLE = {run.name: run for run in (
             "--dropout=0.0"),
     _screen("s3_lr3e3_drop0", "learning rate 3e-3 and dropout 0", "--learning_rate=3e-3",
             "--dropout=0.0"),
+    _screen("s3_muon_drop0", "Muon (lr 2e-3, dropout 0; Adam on the embedding and "
+            "softmax)", "--optimizer=muon", "--learning_rate=2e-3", "--dropout=0.0"),
     # The fast recipe at its full length on one core: its quality (the record's wall
     # time needs both cores).
     Run("fast_seed0_one_core", "--recipe=fast at its full length, one core",
