@@ -328,12 +328,9 @@ def measure_throughput(retrain_dirs, args):
         sample_seconds=args.sample_seconds, batch_size=first.batch_size,
         seq_len=first.seq_len, precision=args.precision)))
     path = pathlib.Path(args.runs_dir) / THROUGHPUT_FILE
-    cached = common.read_json(path)
-    if cached is not None and cached["key"] == key:
-        print(f"throughput: read from {path}", flush=True)
+    cached = cached_throughput(path, key)
+    if cached is not None:
         return cached
-    print(f"throughput: {len(models)} networks ({', '.join(models)}), {args.rounds} "
-          f"interleaved rounds of ~{args.sample_seconds:g} s each", flush=True)
     load_start = common.loadavg()
     samples, steps, step_kind = sample_throughput(models, first.batch_size, first.seq_len,
                                                   args.precision, args.rounds,
@@ -350,6 +347,16 @@ def measure_throughput(retrain_dirs, args):
                   cost_per_block=cost_per_block(first))
     common.write_json(path, result)
     return result
+
+
+def cached_throughput(path, key):
+    """The measurement cached at `path` if it was made with `key` (what was measured),
+    else None."""
+    cached = common.read_json(path)
+    if cached is not None and cached["key"] == key:
+        print(f"throughput: read from {path}", flush=True)
+        return cached
+    return None
 
 
 def sample_throughput(models, batch_size, seq_len, precision, rounds, sample_seconds):
@@ -376,6 +383,8 @@ def sample_throughput(models, batch_size, seq_len, precision, rounds, sample_sec
     from bench import bench_train  # TensorFlow is imported here
     import pardata.quiet  # noqa: F401  (TensorFlow start-up noise)
 
+    print(f"throughput: {len(models)} networks ({', '.join(models)}), {rounds} "
+          f"interleaved rounds of ~{sample_seconds:g} s each", flush=True)
     with tempfile.TemporaryDirectory(prefix="cost_sweep_") as workdir:
         cases = [bench_train.Case(name, model, batch_size, seq_len, precision, workdir,
                                   use_trainer=True) for name, model in models.items()]

@@ -459,12 +459,9 @@ def measure_throughput(models, config, args):
         rounds=args.rounds, sample_seconds=args.sample_seconds, batch_size=config.batch_size,
         seq_len=config.seq_len, precision=config.precision, cpus=args.cpus)))
     path = pathlib.Path(args.runs_dir) / THROUGHPUT_FILE
-    cached = common.read_json(path)
-    if cached is not None and cached["key"] == key:
-        print(f"throughput: read from {path}", flush=True)
+    cached = cost_sweep.cached_throughput(path, key)
+    if cached is not None:
         return cached
-    print(f"throughput: {len(models)} networks ({', '.join(models)}), {args.rounds} "
-          f"interleaved rounds of ~{args.sample_seconds:g} s each", flush=True)
     load_start = common.loadavg()
     samples, steps, step_kind = cost_sweep.sample_throughput(
         models, config.batch_size, config.seq_len, config.precision, args.rounds,
