@@ -15,7 +15,7 @@ ENTRY_POINTS = [
     "bench.bench_train", "bench.profile_step",
     "experiments.bench_commits", "experiments.bench_commits_worker",
     "experiments.baselines", "experiments.compare_families", "experiments.cost_sweep",
-    "experiments.span_fidelity",
+    "experiments.frontier", "experiments.span_fidelity", "experiments.speedrun",
     "tools.bench_tables", "tools.collect_run", "tools.flags_doc", "tools.freeze_replay",
     "tools.function_lengths",
     "tools.import_graph", "tools.results_evidence", "tools.spm_from_vocab", "tools.wall_time",

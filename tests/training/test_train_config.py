@@ -66,7 +66,7 @@ def test_decay_steps_must_cover_warmup_and_epochs_or_steps(tmp_path):
 
 def test_unknown_optimizer_and_schedule_list_the_choices(tmp_path):
     with pytest.raises(ConfigError, match=r"--optimizer='sgd': use one of \('adam', 'adamw', "
-                       r"'lamb', 'lamb_sharnn', 'adagrad', 'adagrad_clip'\)"):
+                       r"'lamb', 'lamb_sharnn', 'adagrad', 'adagrad_clip', 'muon', 'lion'\)"):
         _config(tmp_path, optimizer="sgd")
     with pytest.raises(ConfigError, match=r"--lr_schedule='step': use one of .*'inverse_sqrt'"):
         _config(tmp_path, lr_schedule="step")
