@@ -40,8 +40,8 @@ _FAMILY_FLAGS = {
     # Adam's velocity for the non-matrices; Lion: one momentum), decay on.
     "transformer_xl_muon": ["--preset=tiny", "--num_blocks=2", "--optimizer=muon",
                             "--weight_decay=0.01"],
-    "sha_rnn_lion": ["--model_family=sha_rnn", "--preset=sha_rnn_tiny", "--optimizer=lion",
-                     "--weight_decay=0.01"],
+    "transformer_xl_lion": ["--preset=tiny", "--num_blocks=2", "--optimizer=lion",
+                            "--weight_decay=0.01"],
 }
 
 # Trains each run of argv[1] (JSON list of train.py argument lists) in turn,
