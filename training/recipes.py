@@ -70,8 +70,9 @@ SEED = Recipe(
     length=dict(epochs=20, warmup_steps=1000))
 
 FAST = Recipe(
-    "fast", "Shorter training to the seed recipe's quality on wt2_base "
-    "(docs/results/speedrun.md): Adam 2e-3, no dropout, cosine to 1e-5, 9 epochs.",
+    "fast", "A candidate for shorter training on wt2_base, from 3-epoch screens "
+    "(docs/results/speedrun.md): Adam 2e-3, no dropout, cosine to 1e-5, 9 epochs; at its "
+    "full length it overfits and does not reach the seed recipe's quality yet.",
     settings=dict(optimizer="adam", learning_rate=2e-3, lr_schedule="cosine", min_lr=1e-5,
                   clip_norm=0.25, dropout=0.0),
     length=dict(epochs=9, warmup_steps=1000))
