@@ -150,34 +150,46 @@ def test_yardsticks_against_a_count_of_the_ids(tiny_data):
 
 
 @pytest.mark.slow
-def test_a_run_that_overfits_says_so_beside_its_yardsticks(short_word_data, tmp_path):
-    """A tiny run on a fifth of the tiny text, no dropout, a high learning rate: its valid
-    perplexity falls, then rises; the summary puts the data's yardsticks beside its best
-    and says it is overfitting; a run that did not overfit says nothing of it."""
+def test_a_run_records_its_yardsticks_and_the_summary_says_when_it_overfits(
+        short_word_data, tmp_path):
+    """A tiny run writes the data's yardsticks beside its metrics and the summary prints
+    them; the overfitting note appears when valid perplexity ended more than 2% above its
+    best at least two evaluations later, and not otherwise. (The rise is planted in the
+    run's own figures: whether a tiny run's noisy curve rises at a given step depends on
+    the machine's arithmetic.)"""
     from pardata.yardsticks import yardsticks
     from tests.training.conftest import tiny_config
     from training.loop import train
     from training.run_summary import run_summary
 
-    config = tiny_config(short_word_data, tmp_path / "run", max_steps=300,
+    config = tiny_config(short_word_data, tmp_path / "run", max_steps=50,
                          learning_rate=5e-3, lr_schedule="constant", eval_interval=25,
-                         sample_tokens=0, log_interval=100, model_d_model=128,
-                         model_d_ffn=512, model_num_blocks=2, model_architecture="af")
+                         sample_tokens=0, log_interval=100, model_d_model=32,
+                         model_d_ffn=64, model_num_blocks=2, model_architecture="af")
     results = train(config)
-    best, last = results["best"], results["last"]
-    assert last["valid"]["perplexity"] > 1.02 * best["valid"]["perplexity"]
-    assert last["step"] - best["step"] >= 50
-    lines = run_summary(config, results).splitlines()
     base = yardsticks(str(short_word_data))
     assert results["yardsticks"]["valid"] == pytest.approx(base)
+    lines = run_summary(config, results).splitlines()
     assert (f"for comparison, valid perplexity of the data's unigram frequencies "
             f"{base['unigram']:.2f}, of a uniform guess 256") in lines
-    overfit = [x for x in lines if x.startswith("overfitting: ")]
-    assert overfit == [
-        f"overfitting: valid perplexity rose from {best['valid']['perplexity']:.2f} at step "
-        f"{best['step']} to {last['valid']['perplexity']:.2f} at step {last['step']} (the best "
-        "checkpoint is the one kept); to do better, train on more text, raise the dropout "
-        f"(--dropout), or stop near step {best['step']} (--max_steps={best['step']})"]
-    # The same figures with the last evaluation the best: no note.
-    fine = dict(results, last=best)
-    assert not any(x.startswith("overfitting") for x in run_summary(config, fine).splitlines())
+
+    best = results["best"]
+    b = best["valid"]["perplexity"]
+
+    def later(steps, rise):
+        return dict(results, last={"step": best["step"] + steps,
+                                   "valid": {"perplexity": b * rise}})
+
+    def notes(res):
+        return [x for x in run_summary(config, res).splitlines()
+                if x.startswith("overfitting")]
+
+    risen = later(50, 1.03)
+    assert notes(risen) == [
+        f"overfitting: valid perplexity rose from {b:.2f} at step {best['step']} to "
+        f"{b * 1.03:.2f} at step {best['step'] + 50} (the best checkpoint is the one kept); "
+        "to do better, train on more text, raise the dropout (--dropout), or stop near step "
+        f"{best['step']} (--max_steps={best['step']})"]
+    assert notes(later(50, 1.01)) == []      # within 2%: noise
+    assert notes(later(25, 1.5)) == []       # one evaluation after the best
+    assert notes(dict(results, last=best)) == []
