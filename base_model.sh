@@ -20,7 +20,7 @@
 # run directory; a run resumed with a smaller --max_steps/--epochs keeps the
 # schedules of its first start and says it was cut short when it ends.
 #
-# --recipe=NAME (training/recipes.py, docs/training.md#recipes): the weights'
+# --recipe=NAME (training/setup/recipes.py, docs/training.md#recipes): the weights'
 # optimisation and the run's length come from the recipe instead of the seed
 # recipe's flags below (Adam 1e-3, cosine to 1e-5, clip 0.25, 20 epochs);
 # with --pipeline the derived network trains the recipe's length.
@@ -123,7 +123,7 @@ else
   [[ $recipe -eq 1 ]] || length+=(--epochs=20 --warmup_steps=1000)
 fi
 
-# The weights' optimisation: the seed project's recipe (training/recipes.py,
+# The weights' optimisation: the seed project's recipe (training/setup/recipes.py,
 # `seed`) unless a --recipe=NAME is given, whose values then apply instead.
 optimisation=()
 [[ $recipe -eq 1 ]] || optimisation=(--optimizer=adam --learning_rate=1e-3

@@ -154,7 +154,7 @@ def main(argv):
     import data_utils
     from serving.evaluation import EvaluationError
     from serving.generation import GenerationError
-    from training import interrupt
+    from training.run import interrupt
 
     status, line = interrupt.run_guarded(
         _evaluate, (FlagError, EvaluationError, GenerationError, data_utils.DataError),

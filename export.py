@@ -108,7 +108,7 @@ def main(argv):
         return 1
     import data_utils
     from serving.generation import GenerationError
-    from training import interrupt
+    from training.run import interrupt
 
     status, line = interrupt.run_guarded(
         _export, (GenerationError, data_utils.DataError),

@@ -149,7 +149,7 @@ def main(argv):
         return 1
     import data_utils
     from serving.generation import GenerationError
-    from training import interrupt
+    from training.run import interrupt
 
     status, line = interrupt.run_guarded(
         _generate, (FlagError, GenerationError, data_utils.DataError))

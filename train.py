@@ -1,8 +1,8 @@
 r"""Trains a language model of any family: a PAR Transformer-XL supernet, a fixed
 architecture, or SHA-RNN / LSTM (`--model_family`).
 
-Flags become one frozen, validated `TrainConfig` (training/config.py), which
-is written to `model_dir/config.json` and handed to `training.loop.train`.
+Flags become one frozen, validated `TrainConfig` (training/setup/config.py), which
+is written to `model_dir/config.json` and handed to `training.run.loop.train`.
 Running again with the same flags resumes from the last checkpoint; Ctrl-C or
 SIGTERM writes one at the current step first (docs/faults.md).
 
@@ -29,9 +29,9 @@ from absl import app, flags, logging
 
 from model.config_base import cutoffs_problem
 import pardata.quiet  # noqa: F401  (TensorFlow start-up noise; before TF is imported)
-from training import config as c
-from training import config_checks
-from training.config import ConfigError, TrainConfig
+from training.setup import checks as config_checks
+from training.setup import config as c
+from training.setup.config import ConfigError, TrainConfig
 
 _DEFAULTS = {f.name: f.default for f in TrainConfig.flag_fields()
              if f.default is not dataclasses.MISSING}
@@ -117,7 +117,7 @@ def flag_groups():
 def define_flags(fv=flags.FLAGS):
     """Defines every train.py flag on `fv` (tests use their own FlagValues).
 
-    The flags are generated from fields: TrainConfig's (training/config.py),
+    The flags are generated from fields: TrainConfig's (training/setup/config.py),
     its plug-in sections' (e.g. SearchConfig, training/plugins/par_search/
     config.py) and every model family's config (model/families.py), each
     with its help text, group and choices in the field's metadata. Besides them, only the
@@ -186,7 +186,7 @@ def recipe_values(fv):
     Raises:
         ConfigError: a flag given with another value than the recipe's settings.
     """
-    from training import recipes
+    from training.setup import recipes
 
     if not fv.recipe:
         return {}
@@ -372,8 +372,8 @@ def main(argv):
     `interrupted at step N: ...` line; docs/faults.md)."""
     import data_utils
     from runstore.run_dir import WriteError
-    from training.loop import NonFiniteError, TrainingInterrupted, train
-    from training.run_summary import run_summary
+    from training.report.summary import run_summary
+    from training.run.loop import NonFiniteError, TrainingInterrupted, train
 
     if len(argv) > 1:
         print(f"error: unexpected arguments {argv[1:]}; all options are --flags",
@@ -434,7 +434,7 @@ def _check_logdir(config):
     """A --logdir that cannot be written (read-only, no permission), found before training:
     TensorFlow's event writer would only fail at its first flush, steps later."""
     from runstore import run_dir
-    from training.loop import default_logdir
+    from training.run.loop import default_logdir
 
     logdir = config.logdir or default_logdir(config.model_dir)
     problem = run_dir.unwritable(logdir)
@@ -456,7 +456,7 @@ class ExportInterrupted(Exception):
 def _export(config, results, path, overwrite):
     """Exports the best checkpoint of the run that ended the command; returns the path."""
     from serving import export, runs
-    from training import interrupt
+    from training.run import interrupt
 
     model_dir = results.get("retrain", {}).get("model_dir", config.model_dir)
     try:

@@ -2,7 +2,7 @@
 
 Each (round, K) runs in a fresh Python process, so that the process's peak
 RSS belongs to that K alone. The process builds the trainer's real step
-(`training.trainer.Trainer.train_step`: forward, backward, clipping,
+(`training.run.trainer.Trainer.train_step`: forward, backward, clipping,
 optimizers, memory threaded from step to step) for a configuration where the
 activations dominate memory, runs one step (tracing), resets TensorFlow's
 allocator statistics, runs the timed steps and reports:
@@ -78,8 +78,8 @@ def child(args):
 
     from bench.bench_train import zipf_ids
     from model.transformer_xl.presets import preset_config
-    from training.config import TrainConfig
-    from training.trainer import Trainer
+    from training.run.trainer import Trainer
+    from training.setup.config import TrainConfig
 
     k = args.child
     model = preset_config(args.preset, architecture=args.architecture, d_model=args.d_model,

@@ -2,7 +2,7 @@
 
 Measures in one process, interleaved so that load from other processes hits
 every configuration alike, the tokens/s of the trainer's real step
-(`training.trainer.Trainer.train_step`: forward, backward, clipping, the
+(`training.run.trainer.Trainer.train_step`: forward, backward, clipping, the
 optimizer, the state threaded from step to step, host sync) of
   * Transformer-XL (fixed `afafaf`-style architecture),
   * SHA-RNN (LSTM blocks, one single-head attention in the second-to-last
@@ -312,7 +312,7 @@ def markdown_table(rows, args, command):
         "llrllrrr")
     return table + "\n\n" + (
         f"Batch {args.batch_size} x {args.seq_len} tokens, Zipf ids; step "
-        f"`training.trainer.Trainer.train_step`; {args.rounds} interleaved rounds of "
+        f"`training.run.trainer.Trainer.train_step`; {args.rounds} interleaved rounds of "
         f"{args.steps} steps; tokens/s and ms/step are medians, vs Transformer-XL is the "
         "median of per-round tokens/s ratios within the same precision. "
         f"Command: `{command}`")
@@ -394,7 +394,7 @@ def main(argv=None):
         warnings.append("(smoke check: tiny sizes and too few steps to measure anything)")
     print(f"\n{table}\n\n" + "\n".join(warnings))
     result = dict(
-        step="training.trainer.Trainer.train_step", rounds=args.rounds,
+        step="training.run.trainer.Trainer.train_step", rounds=args.rounds,
         steps_per_sample=args.steps, batch_size=args.batch_size, seq_len=args.seq_len,
         match=args.match, tolerance=args.tolerance,
         target=dict(preset=args.target_preset, architecture="transformer_xl",

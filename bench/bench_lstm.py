@@ -99,7 +99,7 @@ def main(argv=None):
     table = "\n".join(lines)
     print(f"\n{table}")
     out = common.write_results(args.out, command, dict(
-        step="training.trainer.Trainer.train_step", threads=args.threads, rounds=args.rounds,
+        step="training.run.trainer.Trainer.train_step", threads=args.threads, rounds=args.rounds,
         steps_per_sample=args.steps, samples=samples, rows=rows, markdown=table,
         machine=common.machine_info(load_start, load_end),
         elapsed_s=time.perf_counter() - t0))

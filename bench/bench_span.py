@@ -51,7 +51,7 @@ class SpanBenchError(RuntimeError):
 
 def read_run(run_dir):
     """(TrainConfig, learned spans per layer in tokens) of a finished adaptive-span run."""
-    from training.config import CONFIG_FILE, TrainConfig
+    from training.setup.config import CONFIG_FILE, TrainConfig
 
     run_dir = pathlib.Path(run_dir)
     if not (run_dir / CONFIG_FILE).exists():

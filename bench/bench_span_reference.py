@@ -36,14 +36,14 @@ WARMUP_STEPS, WINDOW_STEPS, WINDOWS = 20, 50, 3
 
 def project_tokens_per_s(data_dir, extra=()):
     """Child: the project's tokens/s (median window) as a dict."""
-    from training.strategy import configure_threads
+    from training.run.strategy import configure_threads
 
     configure_threads(intra_op_threads=1, inter_op_threads=1)  # before TensorFlow runs
     from absl import flags
 
     import data_utils
     import train as train_cli
-    from training.trainer import Trainer
+    from training.run.trainer import Trainer
 
     with tempfile.TemporaryDirectory() as model_dir:
         fv = train_cli.define_flags(flags.FlagValues())

@@ -134,7 +134,7 @@ class Case:
         batch_size, seq_len: global batch [B, T].
         precision: "float32" or "mixed_bfloat16".
         workdir: scratch directory (the trainer wants a model_dir).
-        use_trainer: use training.trainer.Trainer.train_step (the real step);
+        use_trainer: use training.run.trainer.Trainer.train_step (the real step);
             False: the local step below.
         xla: compile the trainer's step with XLA (train.py --xla).
         train_settings: TrainConfig fields of the trainer besides the model, batch and
@@ -162,7 +162,7 @@ class Case:
         try:
             if use_trainer:
                 self.step_fn = self._trainer_step(workdir)
-                self.step_kind = "training.trainer.Trainer.train_step"
+                self.step_kind = "training.run.trainer.Trainer.train_step"
             else:
                 self.step_fn = self._local_step()
                 self.step_kind = "bench-local step"
@@ -170,8 +170,8 @@ class Case:
             keras.mixed_precision.set_global_policy("float32")
 
     def _trainer_step(self, workdir):
-        from training.config import TrainConfig
-        from training.trainer import Trainer
+        from training.run.trainer import Trainer
+        from training.setup.config import TrainConfig
 
         train_config = TrainConfig(
             data_dir="unused", model_dir=os.path.join(workdir, self.name), model=self.config,
@@ -282,7 +282,7 @@ def peak_sampler(n, dtypes=(tf.float32, tf.bfloat16)):
 
 def trainer_available():
     try:
-        from training.trainer import Trainer  # noqa: F401
+        from training.run.trainer import Trainer  # noqa: F401
     except ImportError:
         return False
     return True
@@ -419,7 +419,8 @@ def parse_args(argv):
                         help="length of one timed sample per case (default 0.5, quick 0.2)")
     parser.add_argument("--matmul_n", type=int, default=2048, help="size of the peak matmuls")
     parser.add_argument("--local_step", action="store_true",
-                        help="use the bench's own step even when training.trainer.Trainer exists")
+                        help="use the bench's own step even when "
+                        "training.run.trainer.Trainer exists")
     parser.add_argument("--big_d_model", type=int, default=512, help="compute-bound d_model")
     parser.add_argument("--big_heads", type=int, default=8, help="compute-bound num_heads")
     parser.add_argument("--big_blocks", type=int, default=None,
@@ -515,7 +516,7 @@ def main(argv=None):
     if args.inter_op_threads:
         tf.config.threading.set_inter_op_parallelism_threads(args.inter_op_threads)
     if args.num_cpu_replicas:
-        from training import strategy as strategy_lib
+        from training.run import strategy as strategy_lib
 
         _STRATEGY = strategy_lib.make_strategy("mirrored", args.num_cpu_replicas)
     use_trainer = trainer_available() and not args.local_step

@@ -3,7 +3,7 @@
 For wt2_base (d_model 128, 6 blocks, seq_len 32, mem_len 16, batch 32, 12k
 vocabulary, adaptive softmax 1000,3845) in soft search, hard search and the
 fixed Transformer-XL `afafaf`, float32, the trainer's real step
-(`training.trainer.Trainer.train_step`, built by bench_train.Case as
+(`training.run.trainer.Trainer.train_step`, built by bench_train.Case as
 bench/bench_train.py builds it, Zipf token ids) runs warm-up steps, a timed
 run without the profiler, then `--steps` steps under
 `tf.profiler.experimental`, each wrapped in a `profile_step` trace marker.

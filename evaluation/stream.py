@@ -21,7 +21,7 @@ from the model's zero state `initial_state(B, mem_len)`. With a split's own
 batch size, the data's seq_len and the run's eval_mem_len, the batched part
 is exactly the build's records.
 
-Both sides use it: `Trainer.evaluate` (training/trainer.py, the figures of
+Both sides use it: `Trainer.evaluate` (training/run/trainer.py, the figures of
 metrics.json) and `serving.evaluation.evaluate_run` (evaluate.py). On a whole
 split both score the same plan (records, then tail) with the same step, so a
 checkpoint has one figure per split. A subset evaluation (`records_plan`: the

@@ -558,14 +558,14 @@ def run_summary(run_dir):
     intervals after the first (tracing); train_seconds the time in training steps.
     """
     from experiments.compare_families import training_seconds
-    from training.training_log import read_training_log
+    from training.report.log import read_training_log
 
     rows = read_training_log(run_dir / "training_log.log")
     speeds = [row["tokens_per_sec"] for row in rows[1:]] or [rows[0]["tokens_per_sec"]]
     keys = ("perplexity", "word_perplexity", "bits_per_byte", "nll", "tokens")
     metrics = run_dir / "metrics.json"
     if (run_dir / "valid.json").exists():
-        from training.config import TrainConfig
+        from training.setup.config import TrainConfig
 
         config = TrainConfig.load(str(run_dir))
         tokens_per_step = config.batch_size * config.seq_len

@@ -72,7 +72,7 @@ def step_seconds(log_rows, tokens_per_step, skip):
     """Seconds per step of each logged interval after the first `skip` steps.
 
     Args:
-        log_rows: training.loop.read_training_log rows (step, tokens_per_sec).
+        log_rows: training.run.loop.read_training_log rows (step, tokens_per_sec).
         tokens_per_step: B * T.
         skip: steps to leave out (tracing and warm-up).
 
@@ -166,7 +166,7 @@ def tail(path, lines=15):
 
 def calibrate(name, model_flags, args, tokens_per_step, shared_flags):
     """Median seconds per training step of `name` on the real data (a scratch run)."""
-    from training.loop import read_training_log
+    from training.run.loop import read_training_log
 
     steps = args.calibration_warmup + args.calibration_steps
     with tempfile.TemporaryDirectory(prefix=f"compare_{name}_") as scratch:
@@ -262,8 +262,8 @@ def prepare_and_run(name, args, meta, matched):
 def run_row(name, run_dir, meta):
     """One table row from a finished run directory."""
     from bench.bench_families import count_params, describe
-    from training.config import TrainConfig
-    from training.loop import read_training_log
+    from training.run.loop import read_training_log
+    from training.setup.config import TrainConfig
 
     plan = common.read_json(run_dir / PLAN_FILE)
     close_killed_attempts(plan, run_dir / LOG_FILE)

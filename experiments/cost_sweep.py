@@ -316,7 +316,7 @@ def measure_throughput(retrain_dirs, args):
     import dataclasses
 
     from model.transformer_xl import flops
-    from training.config import TrainConfig
+    from training.setup.config import TrainConfig
 
     configs = {arch: TrainConfig.load(str(d)) for arch, d in retrain_dirs.items()}
     first = next(iter(configs.values()))
@@ -378,7 +378,7 @@ def sample_throughput(models, batch_size, seq_len, precision, rounds, sample_sec
 
     Returns:
         (samples: name -> seconds per step, one per round; steps: name -> steps per
-        sample; the step that was timed, e.g. "training.trainer.Trainer.train_step").
+        sample; the step that was timed, e.g. "training.run.trainer.Trainer.train_step").
     """
     from bench import bench_train  # TensorFlow is imported here
     import pardata.quiet  # noqa: F401  (TensorFlow start-up noise)

@@ -10,7 +10,7 @@ seed of --seeds, with the same recipe and budget, then measured:
      (with --cpus: under `taskset -c <cpus>`), its output in <run dir>/train.log and its
      command in <run dir>/sweep_plan.json. The budget is --epochs (default 3) or
      --max_steps; the recipe is base_model.sh's seed recipe, or --recipe's
-     (training/recipes.py). Every command is parsed by train.py's own flags and
+     (training/setup/recipes.py). Every command is parsed by train.py's own flags and
      checks before the first run starts, so a size that does not fit the data stops
      the driver in one line, having trained nothing.
   2. throughput: the training tokens/s of every point (and of `afafaf`, the
@@ -284,7 +284,7 @@ def train_configs(flags_by_run):
 
     import data_utils
     import train as train_cli
-    from training.config import ConfigError
+    from training.setup.config import ConfigError
 
     configs = {}
     with tempfile.TemporaryDirectory(prefix="frontier_check_") as scratch:
@@ -532,7 +532,7 @@ _SET_BY = {"seed": "--seeds", "recipe": "--recipe", "epochs": "--epochs or --max
 
 def parse_args(argv):
     """Parsed and checked flags (paths absolute); UsageError naming the flag otherwise."""
-    from training.recipes import RECIPES
+    from training.setup.recipes import RECIPES
 
     parser = _Parser(description=__doc__.split("\n")[0])
     parser.add_argument("--points", default="",
@@ -603,7 +603,7 @@ def _terminate(signum, frame):
 def main(argv=None):
     """Exit status: 0 done, 1 a run failed (it resumes next time), 2 bad input (nothing
     done)."""
-    from training.plan import total_steps
+    from training.setup.plan import total_steps
 
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
@@ -643,7 +643,7 @@ def main(argv=None):
 
 
 def _run(args, plan, flags, configs, records, command, meta, reference_run):
-    from training.plan import total_steps
+    from training.setup.plan import total_steps
 
     started, failures = time.time(), []
     for point, seed in plan:

@@ -1,6 +1,6 @@
 """Finding, verifying, repairing and restoring the checkpoints of a run directory.
 
-The trainer (`training.checkpoint.Checkpointer`) writes the checkpoints;
+The trainer (`training.run.checkpoint.Checkpointer`) writes the checkpoints;
 this module is what both the trainer and serving need to *use* them:
 
 - which checkpoints a directory holds (`checkpoints`, `listed_steps`,
@@ -16,7 +16,7 @@ this module is what both the trainer and serving need to *use* them:
   that serving uses.
 
 A checkpoint stores the model's variables flat under `model/<i>`
-(`VariableList`, see training/checkpoint.py for why) and the model's optional
+(`VariableList`, see training/run/checkpoint.py for why) and the model's optional
 `checkpoint_extras()`; other objects in the file (optimizers, trainer state)
 are ignored by the model-only restore.
 """

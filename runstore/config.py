@@ -1,6 +1,6 @@
 """A run's config.json as the run store reads it for whoever loads the model.
 
-train.py writes the whole `TrainConfig` (training/config.py) to
+train.py writes the whole `TrainConfig` (training/setup/config.py) to
 `model_dir/config.json`. Loading a trained model needs only part of it: the
 model family and its config, where the data and the run were, the segment
 length and the evaluation memory. `RunConfig` is that part, read without the

@@ -1,7 +1,7 @@
 """The error a user can fix by changing a flag, the data or the run directory.
 
 It lives here, below training/ and serving/, because the run store raises it
-too (`run_lock.RunDirLocked`); `training.config` exports it under the same name.
+too (`run_lock.RunDirLocked`); `training.setup.config` exports it under the same name.
 """
 
 

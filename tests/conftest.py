@@ -84,8 +84,8 @@ TRAINED_RUN_EVAL_MEM_LEN = 8
 def _train_tiny_run(data_dir, model_dir, family):
     import data_utils
     from model.families import get_family
-    from training.config import TrainConfig
-    from training.loop import train
+    from training.run.loop import train
+    from training.setup.config import TrainConfig
 
     meta = data_utils.load_meta(str(data_dir))
     preset = "tiny" if family == "transformer_xl" else "sha_rnn_tiny"
@@ -105,7 +105,7 @@ def _train_tiny_run(data_dir, model_dir, family):
 def trained_run(word_data, tmp_path_factory):
     """trained_run(family) -> model_dir of a run of the family's tiny preset on `word_data`.
 
-    Trained TRAINED_RUN_STEPS steps by training.loop.train (Transformer-XL as
+    Trained TRAINED_RUN_STEPS steps by training.run.loop.train (Transformer-XL as
     a fixed afaf), evaluated on every record, eval_mem_len
     TRAINED_RUN_EVAL_MEM_LEN. Made once per session, on first use: tests only
     read it.

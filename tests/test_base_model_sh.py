@@ -27,7 +27,7 @@ def _config(args, data_dir):
 @pytest.mark.parametrize("quick", [False, True])
 def test_quick_look_has_its_own_run_and_plan(project_root, tmp_path, word_data, quick):
     import data_utils
-    from training.config import capped_warmup, total_steps
+    from training.setup.config import capped_warmup, total_steps
 
     args = _train_args(project_root, tmp_path, *(["--quick"] if quick else []))
     assert "--quick" not in args

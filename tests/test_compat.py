@@ -57,7 +57,7 @@ def test_old_keras_file_loads_to_the_same_numbers(family):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_old_config_json_loads(family):
-    from training.config import TrainConfig
+    from training.setup.config import TrainConfig
 
     raw = json.loads((FIXTURES / family / "run" / "config.json").read_text())
     config = TrainConfig.load(str(FIXTURES / family / "run"))

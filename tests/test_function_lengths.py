@@ -32,5 +32,5 @@ def test_the_count_measures_from_def_to_the_last_line():
 
 def test_the_files_are_the_tracked_python_files():
     files = {str(path) for path in function_lengths.tracked_python_files()}
-    assert {"train.py", "tools/function_lengths.py", "training/loop.py"} <= files
+    assert {"train.py", "tools/function_lengths.py", "training/run/loop.py"} <= files
     assert not any(path.startswith(".venv/") or not path.endswith(".py") for path in files)

@@ -25,9 +25,9 @@ def graph():
 
 def test_the_graph_holds_every_module_and_lazy_imports(graph):
     assert len(graph) > 150
-    assert "serving.generation" in graph and "training.loop" in graph and "train" in graph
-    # training/checkpoint.py imports the plug-in registry inside clear_run only.
-    assert "training.plugins" in graph["training.checkpoint"]
+    assert "serving.generation" in graph and "training.run.loop" in graph and "train" in graph
+    # training/run/checkpoint.py imports the plug-in registry inside clear_run only.
+    assert "training.plugins" in graph["training.run.checkpoint"]
 
 
 def test_no_import_circle(graph):
@@ -52,26 +52,26 @@ def test_the_checks_fail_on_a_planted_circle_and_planted_imports():
         "serving.a": "from serving import b\n",
         "serving.b": "def f():\n    import serving.a  # lazy\n    from training import loop\n",
         "training": "",
-        "training.loop": "from training.plugins.par_search import plugin\n",
+        "training.run.loop": "from training.plugins.par_search import plugin\n",
         "training.plugins": "from training.plugins.par_search.plugin import ParSearch\n",
         "training.plugins.par_search": "",
         "training.plugins.par_search.plugin": "from ..span_report import plugin\n",
         "training.plugins.span_report": "",
         "training.plugins.span_report.plugin": "import model.sha_rnn.model\n",
-        "runstore.run_dir": "from training.config import ConfigError\n",
+        "runstore.run_dir": "from training.setup.config import ConfigError\n",
         "model.sha_rnn.model": "",
     }
     graph = import_graph.build_graph(files)
     assert import_graph.circles(graph) == [("serving.a", "serving.b")]
     assert graph["training.plugins.par_search.plugin"] == {"training.plugins.span_report.plugin"}
     assert sorted(p.split(":")[0] for p in boundary_problems(graph)) == [
-        "runstore.run_dir -> training",  # training.config unknown: its package is the edge
-        "serving.b -> training.loop",
-        "training.loop -> training.plugins.par_search.plugin",
+        "runstore.run_dir -> training",  # training.setup.config unknown: its package is the edge
+        "serving.b -> training.run.loop",
+        "training.run.loop -> training.plugins.par_search.plugin",
         "training.plugins.par_search.plugin -> training.plugins.span_report.plugin",
     ]
     files["runstore.x"] = "from serving import a\n"
     files["evaluation.x"] = "from training import loop\n"
     problems = boundary_problems(import_graph.build_graph(files))
     assert any(p.startswith("runstore.x -> serving.a") for p in problems)
-    assert any(p.startswith("evaluation.x -> training.loop") for p in problems)
+    assert any(p.startswith("evaluation.x -> training.run.loop") for p in problems)

@@ -102,7 +102,7 @@ def _expected_config(project_root, tmp_path, args):
 
 def _check_quick_look(project_root, tmp_path, text, work):
     """The notebook ran the README's quick look, changed only by the test hook."""
-    from training.config import TrainConfig
+    from training.setup.config import TrainConfig
 
     command, readme_run, readme_steps = readme_quick_look(project_root)
     ran = [shlex.split(line[2:]) for line in text.splitlines()

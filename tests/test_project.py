@@ -70,6 +70,6 @@ def test_the_checks_see_the_code():
     """The walk above must reach the packages and the documents (a wrong skip list
     would make both checks pass on nothing)."""
     names = {path.relative_to(PROJECT_ROOT).as_posix() for path in _text_files()}
-    for expected in ("train.py", "training/loop.py", "model/transformer_xl/model.py",
+    for expected in ("train.py", "training/run/loop.py", "model/transformer_xl/model.py",
                      "README.md", "docs/training.md", "bench/README.md", "base_model.sh"):
         assert expected in names

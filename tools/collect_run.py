@@ -39,7 +39,7 @@ ARTEFACTS = (names.CONFIG_FILE, names.METRICS_FILE, names.TRAINING_LOG, ARCHITEC
              ARCHITECTURE_TXT, ARCH_HISTORY_FILE, SPANS_PNG)
 REQUIRED = (names.CONFIG_FILE, names.TRAINING_LOG)
 MAX_BYTES = 2 * 2**20
-# train.py's line for a periodic evaluation (training/loop.py).
+# train.py's line for a periodic evaluation (training/run/loop.py).
 _VALID_LINE = re.compile(r"step (\d+) valid: nll ([\d.]+) ppl ([\d.]+) word ppl ([\d.]+) "
                          r"bpb ([\d.]+)")
 
@@ -89,7 +89,7 @@ def _freeze_lines(rows, seq_len, batch_size):
 
 
 def _status(run_dir, copied, console_log):
-    from training.loop import read_training_log
+    from training.run.loop import read_training_log
 
     rows = read_training_log(run_dir / names.TRAINING_LOG)
     train = [r for r in rows if "loss" in r]

@@ -1,20 +1,17 @@
-"""Training of the PAR Transformer-XL: config, strategies, step, evaluation, logging.
+"""Training of the PAR Transformer-XL, in rooms by concern.
 
-Modules (import what you need; this package imports nothing by itself so that
-`training.config` stays usable without loading TensorFlow):
-    config       TrainConfig (with the registered plug-ins' config sections) and
-                 the checks against data, replicas, model_dir.
-    plan         the run's plan without TensorFlow: total steps, warm-up caps,
-                 the learning-rate schedule names.
-    strategy     tf.distribute strategies and row-exact feeding of replicas.
-    checkpoint   the Checkpointer: exact-resume checkpoints (model, optimizers,
-                 memories, RNG); finding and restoring them is runstore.checkpoints.
-    interrupt    Ctrl-C / SIGTERM / preemption: a checkpoint at the step, then exit.
-    trainer      Trainer: the step, evaluation, sampling, checkpoints, memories.
-    loop         train(config): the host loop, training log, callbacks.
-    schedules    learning-rate schedules.
-    summaries    TensorBoard writers (plug-ins write their own tags through them).
-    optimizers/  one file per optimizer and their registry.
+Import what you need; no package here imports anything by itself, so that
+`training.setup` stays usable without loading TensorFlow.
+
+    setup/       the run before it starts, without TensorFlow: TrainConfig (with the
+                 registered plug-ins' config sections), its checks, recipes, the plan.
+    run/         running it: train(config), the host loop, the Trainer's step,
+                 strategies, micro-batches, checkpoints, interrupts, non-finite
+                 values, collapse.
+    report/      what it tells: the end-of-run summary, the training log,
+                 TensorBoard writers, the ETA, text samples.
+    optimizers/  one file per optimizer and their registry, the parameter groups,
+                 learning-rate schedules.
     plugins/     the plug-ins (the PAR search with its temperature, summaries,
                  derivation and plots; the span report) and their registry.
 """

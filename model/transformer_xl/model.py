@@ -470,7 +470,7 @@ class TransformerXLLM(keras.Model):
         From the next trace on, the block computes that candidate alone in
         training and evaluation (no Gumbel mixing); a block frozen to a type
         that reads no memory passes its memory on unchanged. Functions traced
-        before keep the searching block: retrace them (training/trainer.py
+        before keep the searching block: retrace them (training/run/trainer.py
         does when the frozen set changes).
         """
         if self._resolved != SUPERNET:
@@ -495,7 +495,7 @@ class TransformerXLLM(keras.Model):
         self._sync_frozen()
 
     def checkpoint_extras(self):
-        """Trackables saved in checkpoints beside `model.variables` (training/checkpoint.py):
+        """Trackables saved in checkpoints beside `model.variables` (training/run/checkpoint.py):
         the frozen-blocks variable of a supernet. Older checkpoints lack it (nothing frozen)."""
         if self._frozen_variable is None:
             return {}

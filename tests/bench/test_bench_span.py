@@ -14,7 +14,7 @@ SPAN_MAX, RAMP = 512, 8
 def fake_run(root, attention="adaptive_span", spans=SPANS):
     """A finished run's config.json and metrics.json (spans as span_report writes them)."""
     from model.transformer_xl.presets import preset_config
-    from training.config import TrainConfig
+    from training.setup.config import TrainConfig
 
     model = preset_config("tiny", architecture="afaf", attention=attention, span_max=SPAN_MAX,
                           span_ramp=RAMP, mem_len=SPAN_MAX)
@@ -35,7 +35,7 @@ def test_kept_memory_matches_the_layer(tmp_path):
     import tensorflow as tf
 
     from model.families import build_model
-    from training.config import TrainConfig
+    from training.setup.config import TrainConfig
 
     config = TrainConfig.load(str(fake_run(tmp_path)))
     model = build_model(config.model)

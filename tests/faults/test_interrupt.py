@@ -122,7 +122,7 @@ def test_second_sigint_and_sigkill_during_a_save_leave_the_last_checkpoint_intac
 
 @pytest.mark.slow
 def test_after_every_interruption_the_run_ends_as_the_uninterrupted_one(chain, reference_run):
-    from training.loop import read_training_log
+    from training.run.loop import read_training_log
 
     code, results, err = chain["final"]
     assert code == 0 and results["final"][0] == 0, err[-3000:]

@@ -80,7 +80,7 @@ def test_skip_counts_skipped_steps_and_stops_after_too_many_in_a_row(nonfinite_r
 
     import tensorflow as tf
 
-    from training.loop import read_training_log
+    from training.run.loop import read_training_log
 
     runs, results = nonfinite_runs
     code, err = results["skip"]
@@ -116,7 +116,7 @@ def test_a_checkpoint_with_a_non_finite_weight_is_never_written(tmp_path):
 
     from runstore import checkpoints
     from tests.helpers.runs import make_model
-    from training import checkpoint
+    from training.run import checkpoint
 
     model = make_model()
     state = checkpoint.TrainState([], tf.float32)

@@ -66,7 +66,7 @@ def pipelines(short_word_data, tmp_path_factory):
          "faults": [{"at": "call", "target": BOUNDARY, "signal": "SIGINT"}]},
         # The same boundary, SIGTERM when the retrain's train() is called (main's is the 1st).
         {"name": "boundary_sigterm", "args": flags["graceful"],
-         "faults": [{"at": "call", "target": "training.loop.train", "call": 2,
+         "faults": [{"at": "call", "target": "training.run.loop.train", "call": 2,
                      "signal": "SIGTERM"}]},
         {"name": "retrain", "args": flags["graceful"],
          "faults": [{"at": "step", "step": RETRAIN_SIGINT_STEP, "signal": "SIGINT"}]},

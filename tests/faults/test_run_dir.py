@@ -38,7 +38,7 @@ def test_a_failed_atomic_write_keeps_the_old_file_and_names_the_path(tiny_disk):
 
 
 def test_a_failed_append_leaves_whole_lines(tiny_disk):
-    from training.loop import read_training_log
+    from training.run.loop import read_training_log
 
     log = tiny_disk / "training_log.log"
     run_dir.append_line(log, "step=1 loss=2.5")
@@ -94,7 +94,7 @@ def test_write_error_reason_names_the_errno():
 
 
 def test_a_full_disk_under_tensorboard_is_a_write_error_naming_the_directory(tiny_disk):
-    from training.summaries import TrainSummaries
+    from training.report.tensorboard import TrainSummaries
 
     summaries = TrainSummaries(tiny_disk / "logs")
     summaries.scalars("train", 1, {"loss": 1.0})

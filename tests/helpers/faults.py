@@ -285,7 +285,7 @@ def armed(faults):
 
 @contextlib.contextmanager
 def _at_step(fault, mock):
-    from training.trainer import Trainer
+    from training.run.trainer import Trainer
 
     original = Trainer.train_step
 
@@ -303,7 +303,7 @@ def _at_step(fault, mock):
 
 @contextlib.contextmanager
 def _at_evaluation(fault, mock):
-    from training.trainer import Trainer
+    from training.run.trainer import Trainer
 
     original = Trainer.evaluate
 

@@ -73,7 +73,7 @@ def make_run(model_dir, data_dir, architecture="supernet", derived="afai"):
     import data_utils
     from model.transformer_xl.presets import preset_config
     from runstore.checkpoints import model_checkpoint
-    from training.config import TrainConfig
+    from training.setup.config import TrainConfig
 
     meta = data_utils.load_meta(str(data_dir))
     config = TrainConfig(
@@ -116,7 +116,7 @@ def make_family_run(model_dir, data_dir, family, architecture="afaf", seed=0):
     import data_utils
     from model.families import build_model, get_family
     from runstore.checkpoints import VariableList
-    from training.config import TrainConfig
+    from training.setup.config import TrainConfig
 
     meta = data_utils.load_meta(str(data_dir))
     preset = "tiny" if family == "transformer_xl" else "sha_rnn_tiny"

@@ -45,7 +45,7 @@ def make_trainer(config, copy_from=None, record_rows=None):
     import tensorflow as tf
 
     import data_utils
-    from training.trainer import Trainer
+    from training.run.trainer import Trainer
 
     trainer = Trainer(config, data_utils.load_meta(config.data_dir), tf.distribute.get_strategy())
     if copy_from is not None:

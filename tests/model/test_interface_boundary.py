@@ -69,10 +69,11 @@ def _imported(tree):
 
 
 def test_the_generic_files_come_from_the_graph():
-    assert {"training/config.py", "training/schedules.py", "training/summaries.py",
-            "training/loop.py", "training/trainer.py", "serving/generation.py",
+    assert {"training/setup/config.py", "training/optimizers/schedules.py",
+            "training/report/tensorboard.py", "training/run/loop.py", "training/run/trainer.py",
+            "serving/generation.py",
             "serving/decoder.py", "training/plugins/base.py", "evaluation/stream.py",
-            "training/samples.py"} <= set(GENERIC)
+            "training/report/samples.py"} <= set(GENERIC)
     assert not any(path.startswith(("training/plugins/par_search", "model/")) for path in GENERIC)
     assert "training/plugins/__init__.py" not in GENERIC
     assert len(REGISTRIES) == 1

@@ -12,7 +12,7 @@ FIXTURES = PROJECT_ROOT / "tests" / "fixtures" / "pre_house"
 @pytest.mark.parametrize("family", ["transformer_xl", "sha_rnn"])
 def test_reads_the_fields_of_an_old_run_as_the_trainer_does(family):
     from runstore.config import FIELDS, RunConfig
-    from training.config import TrainConfig
+    from training.setup.config import TrainConfig
 
     run = FIXTURES / family / "run"
     config, trainer = RunConfig.load(run), TrainConfig.load(run)

@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 from runstore.run_lock import LOCK_FILE, RunDirLocked, RunLock
-from training.config import ConfigError
+from training.setup.config import ConfigError
 
 HOST = socket.gethostname()
 # A child that takes the lock on argv[1], says so, and holds it until stdin closes.

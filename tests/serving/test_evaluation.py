@@ -6,7 +6,7 @@ calls the model eagerly at batch 1, row by row, carrying the state by hand
 and counting how often each transition is scored; and, for same_length, a
 window of block inputs recomputed per position with plain attention. The
 trainer scores through the same evaluator, so its metrics.json (runs trained
-for a few steps by training.loop.train) must give evaluate.py's figures
+for a few steps by training.run.loop.train) must give evaluate.py's figures
 exactly: one figure per split. Both families run: Transformer-XL (preset tiny)
 and SHA-RNN (preset sha_rnn_tiny).
 """
@@ -38,7 +38,7 @@ def data(word_data):
 @pytest.fixture(scope="module")
 def runs(trained_run):
     """family -> model_dir of a run trained 4 steps (evaluated on every record)."""
-    from training.config import TrainConfig
+    from training.setup.config import TrainConfig
 
     out = {family: trained_run(family) for family in FAMILIES}
     for model_dir in out.values():

@@ -24,8 +24,8 @@ def tiny_config(data_dir, model_dir, **overrides):
     search section's fields are given flat, like their flags."""
     import data_utils
     from model.transformer_xl.presets import preset_config
-    from training.config import TrainConfig
     from training.plugins.par_search.config import SearchConfig
+    from training.setup.config import TrainConfig
 
     meta = data_utils.load_meta(str(data_dir))
     model_fields = {k[len("model_"):]: overrides.pop(k) for k in list(overrides)

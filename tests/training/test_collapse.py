@@ -1,4 +1,4 @@
-"""training/collapse.py: the warning when validation falls back to unigram level."""
+"""training/run/collapse.py: the warning when validation falls back to unigram level."""
 
 import logging
 import math
@@ -8,7 +8,7 @@ import pytest
 
 
 def test_unigram_entropy_against_the_sum():
-    from training.collapse import unigram_entropy
+    from training.run.collapse import unigram_entropy
 
     counts = np.array([50, 30, 15, 5, 0])
     p = counts[:4] / 100
@@ -17,7 +17,7 @@ def test_unigram_entropy_against_the_sum():
 
 
 def test_message_only_after_the_warm_up_and_at_unigram_level():
-    from training.collapse import THRESHOLD, CollapseGuard
+    from training.run.collapse import THRESHOLD, CollapseGuard
 
     guard = CollapseGuard(unigram_nll=3.0, warmup_steps=200, cause="lower --learning_rate")
     assert guard.message(200, 3.1) is None  # warm-up: not judged
@@ -30,7 +30,7 @@ def test_message_only_after_the_warm_up_and_at_unigram_level():
 
 
 def test_warns_once_on_valid_only(caplog):
-    from training.collapse import CollapseGuard
+    from training.run.collapse import CollapseGuard
 
     caplog.set_level(logging.WARNING, logger="absl")
     guard = CollapseGuard(unigram_nll=3.0, warmup_steps=0, cause="cause")
@@ -50,7 +50,7 @@ def test_warns_once_on_valid_only(caplog):
 ])
 def test_likely_cause_names_the_flags(tiny_data, tmp_path, flags, cause):
     from tests.training.conftest import tiny_config
-    from training.collapse import likely_cause
+    from training.run.collapse import likely_cause
 
     config = tiny_config(tiny_data, tmp_path, learning_rate=0.07, **flags)
     assert cause in likely_cause(config)
@@ -61,7 +61,7 @@ def test_a_run_at_unigram_level_warns_in_one_line(tiny_data, tmp_path, caplog):
     """Two steps at a negligible learning rate: the model still predicts about uniformly,
     above the data's unigram entropy, so the run's evaluation warns."""
     from tests.training.conftest import tiny_config
-    from training.loop import train
+    from training.run.loop import train
 
     caplog.set_level(logging.WARNING, logger="absl")
     config = tiny_config(tiny_data, tmp_path / "run", max_steps=2, learning_rate=1e-7,

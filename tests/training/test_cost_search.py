@@ -24,7 +24,7 @@ def test_candidate_costs_add_up_to_the_model_flops():
 
 @pytest.mark.slow
 def test_cost_term_moves_the_search_towards_cheaper_blocks(make_config, tmp_path):
-    from training.loop import train
+    from training.run.loop import train
 
     common = dict(max_steps=30, log_interval=10, sample_tokens=0, eval_max_records=2,
                   arch_warmup_steps=0, arch_learning_rate=0.05)
@@ -40,7 +40,7 @@ def test_cost_term_moves_the_search_towards_cheaper_blocks(make_config, tmp_path
     assert history_costly[-1, :, 0].mean() < history_free[-1, :, 0].mean()
     assert cost["costly"] <= cost["free"]
     # The expected cost is logged with every training line.
-    from training.loop import read_training_log
+    from training.run.loop import read_training_log
 
     rows = read_training_log(tmp_path / "costly" / "training_log.log")
     assert all("expected_cost" in r for r in rows)
@@ -55,7 +55,7 @@ def _probs(model_dir):
 
 
 def test_cost_flags_are_validated(make_config):
-    from training.config import ConfigError
+    from training.setup.config import ConfigError
 
     with pytest.raises(ConfigError, match="--search_cost_coef=-1"):
         make_config(search_cost_coef=-1.0)

@@ -53,7 +53,7 @@ _FAMILY_FLAGS = {
 # the multi-worker test.
 _MIRRORED_CHILD = r"""
 import json, os, sys
-from training.strategy import configure_threads, make_strategy
+from training.run.strategy import configure_threads, make_strategy
 configure_threads(intra_op_threads=1, inter_op_threads=2)  # before any TensorFlow op
 mirrored = make_strategy("mirrored", 2)
 import numpy as np
@@ -62,7 +62,7 @@ from absl import flags
 import data_utils
 from evaluation.stream import StreamEvaluator
 import train as train_cli
-from training.trainer import Trainer
+from training.run.trainer import Trainer
 
 tf.config.experimental.enable_op_determinism()
 data_dir, root, family_flags = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
@@ -130,11 +130,11 @@ print("REPORT " + json.dumps({family: compare(family, flag_list)
 # from --strategy=multi_worker.
 _WORKER_CHILD = r"""
 import json, sys
-from training.strategy import make_strategy
+from training.run.strategy import make_strategy
 strategy = make_strategy("multi_worker")
 from absl import flags
 import train as train_cli
-from training.loop import train
+from training.run.loop import train
 
 data_dir, root, family_flags = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 for family, flag_list in sorted(family_flags.items()):
@@ -251,7 +251,7 @@ def test_mirrored_with_batch_split_equals_default(distributed_runs, family):
 def test_multi_worker_two_local_workers_agree_with_default(distributed_runs, family):
     import tensorflow as tf
 
-    from training.loop import read_training_log
+    from training.run.loop import read_training_log
 
     report, weights, mw = distributed_runs[family]
     # Only the chief wrote; the other worker's scratch checkpoints are gone.

@@ -1,9 +1,9 @@
-"""training.eta: the ETA counts the steps and every evaluation still planned, checked
+"""training.report.eta: the ETA counts the steps and every evaluation still planned, checked
 against a step-by-step simulation of the run loop's schedule."""
 
 import pytest
 
-from training.eta import RecentRate, eta_seconds, planned_evaluations
+from training.report.eta import RecentRate, eta_seconds, planned_evaluations
 
 
 def _simulated(step, total_steps, eval_interval):

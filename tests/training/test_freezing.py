@@ -187,7 +187,7 @@ def test_freezing_off_and_uniform_logits_never_freeze(tiny_data, tmp_path):
 
 
 def test_threshold_flags_are_checked(tiny_data, tmp_path):
-    from training.config import ConfigError
+    from training.setup.config import ConfigError
 
     for flag, message in (("--freeze_threshold=0.4", "freeze_threshold"),
                           ("--freeze_threshold=1.5", "freeze_threshold"),
@@ -201,7 +201,7 @@ def test_the_frozen_set_survives_loading_export_and_derivation(tiny_data, tmp_pa
     import keras
 
     from serving import export, generation
-    from training.loop import read_training_log, train
+    from training.run.loop import read_training_log, train
 
     config = family_config(tiny_data, tmp_path / "run", "transformer_xl",
                            "--num_blocks=3", "--arch_warmup_steps=2", "--arch_learning_rate=0.5",
@@ -235,9 +235,9 @@ def test_the_frozen_set_survives_loading_export_and_derivation(tiny_data, tmp_pa
 
 @pytest.mark.slow
 def test_then_retrain_trains_the_derived_architecture_from_scratch(tiny_data, tmp_path):
-    from training.config import TrainConfig
-    from training.loop import train
     from training.plugins.par_search.retrain import retrain_config
+    from training.run.loop import train
+    from training.setup.config import TrainConfig
 
     config = family_config(tiny_data, tmp_path / "search", "transformer_xl",
                            "--arch_warmup_steps=2", "--arch_learning_rate=0.5",

@@ -27,15 +27,15 @@ _TWO_BLOCKS = dict(model_num_blocks=2)
 
 
 def _log(model_dir):
-    from training.loop import read_training_log
+    from training.run.loop import read_training_log
 
     return {row["step"]: row for row in read_training_log(f"{model_dir}/training_log.log")}
 
 
 @pytest.mark.slow
 def test_resume_with_more_steps_keeps_lr_and_tau(tiny_config_factory, tmp_path):
-    from training.checkpoint import saved_horizon
-    from training.loop import train
+    from training.run.checkpoint import saved_horizon
+    from training.run.loop import train
 
     common = dict(max_steps=20, warmup_steps=2, min_lr=FLOOR, learning_rate=PEAK,
                   log_interval=1, checkpoint_interval=10, eval_max_records=2, sample_tokens=0,
@@ -68,8 +68,8 @@ def test_resume_with_more_steps_keeps_lr_and_tau(tiny_config_factory, tmp_path):
 @pytest.mark.slow
 def test_short_search_caps_warmups_and_trains_the_architecture(tiny_config_factory, tmp_path,
                                                                caplog):
-    from training.loop import train
     from training.plugins.par_search import derive
+    from training.run.loop import train
 
     caplog.set_level(logging.INFO, logger="absl")
     # base_model.sh's warm-ups on a 40-step run: capped at 4 and 8 steps.
@@ -96,8 +96,8 @@ def test_short_search_caps_warmups_and_trains_the_architecture(tiny_config_facto
 
 @pytest.mark.slow
 def test_untrained_derivation_is_flagged(tiny_config_factory, tmp_path, caplog):
-    from training.loop import train
     from training.plugins.par_search import derive
+    from training.run.loop import train
 
     caplog.set_level(logging.INFO, logger="absl")
     config = tiny_config_factory(tmp_path / "untrained", max_steps=6, arch_learning_rate=1e-9,

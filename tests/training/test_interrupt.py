@@ -1,8 +1,9 @@
-"""training.interrupt.run_guarded: the one error and interrupt wrapper of the serving scripts."""
+"""training.run.interrupt.run_guarded: the one error and interrupt wrapper of the serving
+scripts."""
 
 import pytest
 
-from training import interrupt
+from training.run import interrupt
 
 
 def _raises(error):

@@ -156,7 +156,7 @@ def test_option_errors_name_the_flag_and_the_fix(tiny_data, tmp_path, flags, pat
     from absl import flags as absl_flags
 
     import train as train_cli
-    from training.config import ConfigError
+    from training.setup.config import ConfigError
 
     fv = train_cli.define_flags(absl_flags.FlagValues())
     fv(["train.py", f"--data_dir={tiny_data}", f"--model_dir={tmp_path}", *TINY, *flags])

@@ -354,7 +354,7 @@ def test_trainer_decays_by_role_then_trains_every_weight(tiny_data, tmp_path, fa
 
 @pytest.mark.slow
 def test_train_py_with_muon_trains_the_tiny_preset(tiny_data, tmp_path, run_python):
-    from training.loop import read_training_log
+    from training.run.loop import read_training_log
 
     model_dir = tmp_path / "run"
     ran = run_python(["train.py", "--preset=tiny", "--optimizer=muon", "--weight_decay=0.01",

@@ -91,7 +91,7 @@ def test_only_decay_moves_weights_then_training_moves_all(tiny_data, tmp_path, f
     import data_utils
     from training.optimizers import DECOUPLED, IN_UPDATE, L2, get_optimizer
     from training.optimizers.lamb_sharnn import LambSharnn
-    from training.trainer import Trainer
+    from training.run.trainer import Trainer
 
     config = _config(tiny_data, tmp_path, family, f"--optimizer={optimizer}")
     meta = data_utils.load_meta(config.data_dir)

@@ -33,7 +33,7 @@ def pipeline(short_word_data, tmp_path_factory):
     """The whole command, uninterrupted: search, retrain, export (on the short build:
     its retrain runs whole epochs)."""
     import train as train_cli
-    from training.loop import train
+    from training.run.loop import train
 
     root = tmp_path_factory.mktemp("pipeline")
     config = _config(short_word_data, root / "search", "--retrain_epochs=2")
@@ -100,7 +100,7 @@ def test_the_end_of_run_summary_names_both_stages_and_the_package(pipeline):
 def test_the_decided_search_is_not_called_cut_short_nor_told_to_retrain(pipeline):
     """Its summary says the search ended by design and lists no retrain command (the
     derived network was trained in the same command); metrics.json says why it ended."""
-    from training.run_summary import run_summary
+    from training.report.summary import run_summary
 
     config, results, _, _ = pipeline
     assert results["step"] < results["planned_steps"] and results["ended_by_plugin"] is True
@@ -122,7 +122,7 @@ def test_a_command_stopped_between_the_stages_resumes_the_retrain_not_the_search
         pipeline, short_word_data, tmp_path, monkeypatch):
     """As a kill right after the search's last checkpoint: the same command again
     trains no more search steps and ends as the uninterrupted command."""
-    from training import loop
+    from training.run import loop
 
     _, expected, _, _ = pipeline
     config = _config(short_word_data, tmp_path / "search", "--retrain_epochs=2")

@@ -22,9 +22,9 @@ from runstore.errors import ConfigError
 from tests.helpers.trainers import family_config
 import train as train_cli
 from training import plugins
-from training.config import TrainConfig
-from training.config_checks import check_resume
 from training.plugins.base import Plugin, Registration
+from training.setup.checks import check_resume
+from training.setup.config import TrainConfig
 
 SECTION = "counting"
 
@@ -140,7 +140,7 @@ def _events(logdir, tag):
 
 @pytest.mark.slow
 def test_a_registered_plugin_runs_in_training(registered, tiny_data, tmp_path):
-    from training.loop import read_training_log, train
+    from training.run.loop import read_training_log, train
 
     model_dir = tmp_path / "run"
     config = _config(tiny_data, model_dir, "--count_every=3")

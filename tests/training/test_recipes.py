@@ -1,4 +1,4 @@
-"""--recipe: a named set of flag values (training/recipes.py), through train.py's flags,
+"""--recipe: a named set of flag values (training/setup/recipes.py), through train.py's flags,
 base_model.sh, config.json, resume and the PAR pipeline's second stage."""
 
 import os
@@ -8,8 +8,8 @@ import pytest
 
 from tests.helpers.quick_look import base_model_args
 import train as train_cli
-from training import recipes
-from training.config import ConfigError, TrainConfig
+from training.setup import recipes
+from training.setup.config import ConfigError, TrainConfig
 
 
 @pytest.fixture
@@ -87,7 +87,7 @@ def test_a_recipe_rejects_misplaced_length_values():
 
 
 def test_config_json_keeps_the_recipe_and_resume_checks_it(parse, tmp_path):
-    from training.config_checks import check_resume
+    from training.setup.checks import check_resume
 
     config = parse("--recipe=fast")
     os.makedirs(config.model_dir)

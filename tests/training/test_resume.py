@@ -45,13 +45,13 @@ _FAMILY_FLAGS = {
 }
 
 # Trains each run of argv[1] (JSON list of train.py argument lists) in turn,
-# as train.py does: its flags, its config, training.loop.train, under
+# as train.py does: its flags, its config, training.run.loop.train, under
 # absl.app (which logs INFO, "resuming ...", to stderr).
 _TRAIN_CHILD = r"""
 import json, sys
 from absl import app, flags
 import train as train_cli
-from training.loop import train
+from training.run.loop import train
 
 def main(_):
     for args in json.loads(sys.argv[1]):
@@ -92,7 +92,7 @@ def resumed_runs(tiny_data, tmp_path_factory, subprocess_env):
         killed run had written metrics.json, its training log when killed,
         and the restart's stderr.
     """
-    from training.loop import read_training_log
+    from training.run.loop import read_training_log
 
     root = tmp_path_factory.mktemp("resume")
     env, cwd = subprocess_env, subprocess_env["PYTHONPATH"]
@@ -147,7 +147,7 @@ def resumed_runs(tiny_data, tmp_path_factory, subprocess_env):
 @pytest.mark.slow
 @pytest.mark.parametrize("family", sorted(_FAMILY_FLAGS))
 def test_sigkill_and_restart_equals_uninterrupted_run(resumed_runs, family):
-    from training.loop import read_training_log
+    from training.run.loop import read_training_log
 
     run = resumed_runs[family]
     reference, resumed = run["reference"], run["resumed"]

@@ -1,8 +1,8 @@
-"""training.run_notes: the summary's prompt comes from the data's own valid split, and a
+"""training.report.notes: the summary's prompt comes from the data's own valid split, and a
 search that derived no attention says why."""
 
 from training.plugins.par_search.summaries import no_attention_note
-from training.run_notes import prompt_from_text
+from training.report.notes import prompt_from_text
 
 
 def test_prompt_from_text_takes_the_first_prose_words():
@@ -21,9 +21,9 @@ def test_prompt_from_text_takes_the_first_prose_words():
 def test_the_summary_suggests_a_prompt_of_the_valid_split(tmp_path, wikitext2_root):
     from model.transformer_xl.presets import preset_config
     from tests.helpers.runs import LINES, build_data
-    from training.config import TrainConfig
-    from training.run_notes import valid_prompt
-    from training.run_summary import run_summary
+    from training.report.notes import valid_prompt
+    from training.report.summary import run_summary
+    from training.setup.config import TrainConfig
 
     data = build_data(tmp_path, wikitext2_root, "byte")  # bytes decode to the exact text
     with open(wikitext2_root / "wikitext-2" / "wiki.valid.tokens", encoding="utf-8") as f:
@@ -54,8 +54,8 @@ def test_no_attention_note_says_why():
 
 def test_a_short_search_without_attention_says_why():
     from model.transformer_xl.presets import preset_config
-    from training.config import TrainConfig
-    from training.run_summary import run_summary
+    from training.report.summary import run_summary
+    from training.setup.config import TrainConfig
 
     config = TrainConfig(data_dir="data/x", model_dir="runs/s",
                          model=preset_config("tiny", vocab_size=256), preset="tiny",

@@ -20,8 +20,8 @@ def _command(summary, script):
 @pytest.mark.slow
 def test_summary_of_a_search_cut_short(tiny_config_factory, tmp_path, caplog):
     import train as train_cli
-    from training.loop import train
-    from training.run_summary import run_summary
+    from training.report.summary import run_summary
+    from training.run.loop import train
 
     config = tiny_config_factory(
         tmp_path / "search", max_steps=8, checkpoint_interval=4, log_interval=1,
@@ -71,8 +71,8 @@ def test_summary_of_a_search_cut_short(tiny_config_factory, tmp_path, caplog):
 
 def test_summary_of_a_finished_fixed_run():
     from model.transformer_xl.presets import preset_config
-    from training.config import TrainConfig
-    from training.run_summary import run_summary
+    from training.report.summary import run_summary
+    from training.setup.config import TrainConfig
 
     config = TrainConfig(data_dir="data/x", model_dir="runs/fixed",
                          model=preset_config("tiny", vocab_size=256, architecture="afaf"),
@@ -108,8 +108,8 @@ class _Noter(Plugin):
 def test_a_registered_plugin_adds_its_line_and_its_command_to_the_summary():
     from model.transformer_xl.presets import preset_config
     from training import plugins
-    from training.config import TrainConfig
-    from training.run_summary import run_summary
+    from training.report.summary import run_summary
+    from training.setup.config import TrainConfig
 
     config = TrainConfig(data_dir="data/x", model_dir="runs/x",
                          model=preset_config("tiny", vocab_size=256, architecture="afaf"),
@@ -159,8 +159,8 @@ def test_a_run_records_its_yardsticks_and_the_summary_says_when_it_overfits(
     the machine's arithmetic.)"""
     from pardata.yardsticks import yardsticks
     from tests.training.conftest import tiny_config
-    from training.loop import train
-    from training.run_summary import run_summary
+    from training.report.summary import run_summary
+    from training.run.loop import train
 
     config = tiny_config(short_word_data, tmp_path / "run", max_steps=50,
                          learning_rate=5e-3, lr_schedule="constant", eval_interval=25,

@@ -1,4 +1,4 @@
-"""Learning-rate schedules (training/schedules.py) and the PAR search's tau annealing
+"""Learning-rate schedules (training/optimizers/schedules.py) and the PAR search's tau annealing
 (training/plugins/par_search/schedules.py) against hand-computed values."""
 
 import json
@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from training import schedules
+from training.optimizers import schedules
+from training.optimizers.schedules import WarmupCosineSchedule, make_lr_schedule
 from training.plugins.par_search import schedules as tau_schedules
 from training.plugins.par_search.schedules import tau_at
-from training.schedules import WarmupCosineSchedule, make_lr_schedule
 
 
 def lr(schedule, step):

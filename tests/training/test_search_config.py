@@ -10,9 +10,9 @@ import pathlib
 
 import pytest
 
-from training.config import ConfigError, TrainConfig
-from training.config_checks import check_resume
 from training.plugins.par_search.config import SearchConfig
+from training.setup.checks import check_resume
+from training.setup.config import ConfigError, TrainConfig
 
 FIXTURE_RUN = (pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "pre_house"
                / "transformer_xl" / "run")
@@ -65,7 +65,7 @@ def test_freezing_may_change_on_resume_the_rest_of_the_section_may_not(make_conf
 
 @pytest.mark.slow
 def test_a_run_whose_config_json_is_flat_resumes(make_config, tmp_path, caplog):
-    from training.loop import train
+    from training.run.loop import train
 
     model_dir = tmp_path / "run"
     first = train(make_config(model_dir, max_steps=4, checkpoint_interval=2, sample_tokens=0))

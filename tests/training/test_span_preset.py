@@ -10,8 +10,8 @@ def test_preset_brings_the_reference_recipe_trains_and_spans_move(tiny_data, tmp
     from absl import flags as absl_flags
 
     import train as train_cli
-    from training.loop import read_training_log, train
     from training.optimizers import get_optimizer
+    from training.run.loop import read_training_log, train
 
     fv = train_cli.define_flags(absl_flags.FlagValues())
     fv(["train.py", f"--data_dir={tiny_data}", f"--model_dir={tmp_path / 'run'}", *SPAN_TINY,

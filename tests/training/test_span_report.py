@@ -34,8 +34,8 @@ def test_spans_figure_draws_every_head():
 def test_adaptive_span_run_writes_spans_figure_and_metrics(make_config, tmp_path):
     import tensorflow as tf
 
-    from training.loop import train
     from training.plugins.span_report.plots import SPANS_PNG
+    from training.run.loop import train
 
     config = make_config(max_steps=6, log_interval=3, sample_tokens=0, eval_max_records=2,
                          model_architecture="afaf", model_attention="adaptive_span",

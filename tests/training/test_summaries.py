@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from training.plugins.par_search.summaries import arch_image, write_architecture
 from training.plugins.span_report.plugin import write_spans
-from training.summaries import TrainSummaries
+from training.report.tensorboard import TrainSummaries
 
 
 def read_events(directory):

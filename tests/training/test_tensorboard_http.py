@@ -22,7 +22,7 @@ from PIL import Image
 import pytest
 
 from training.plugins.par_search.summaries import arch_image, write_architecture
-from training.summaries import TrainSummaries
+from training.report.tensorboard import TrainSummaries
 
 STARTUP_TIMEOUT_S = 90
 LOSSES = [6.0, 5.5, 5.1, 4.8]

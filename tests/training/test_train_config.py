@@ -8,9 +8,9 @@ import os
 import pytest
 
 from model.transformer_xl.presets import preset_config
-from training import config as config_lib
-from training import config_checks
-from training.config import ConfigError, TrainConfig
+from training.setup import checks as config_checks
+from training.setup import config as config_lib
+from training.setup.config import ConfigError, TrainConfig
 
 
 def _config(tmp_path, **overrides):
@@ -71,7 +71,7 @@ def test_unknown_optimizer_and_schedule_list_the_choices(tmp_path):
     with pytest.raises(ConfigError, match=r"--lr_schedule='step': use one of .*'inverse_sqrt'"):
         _config(tmp_path, lr_schedule="step")
     from training.optimizers import get_optimizer
-    from training.schedules import make_lr_schedule
+    from training.optimizers.schedules import make_lr_schedule
 
     with pytest.raises(ValueError, match=r"unknown optimizer 'sgd'; choose one of \['adagrad'"):
         get_optimizer("sgd")
@@ -116,7 +116,7 @@ def test_unknown_fields_are_listed(tmp_path):
 
 
 def test_schedule_names_match_the_schedules_module():
-    from training import schedules
+    from training.optimizers import schedules
     from training.plugins.par_search import config as search_config
     from training.plugins.par_search import schedules as tau_schedules
 

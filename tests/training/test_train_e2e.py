@@ -12,7 +12,7 @@ STEPS = 30
 @pytest.fixture(scope="module")
 def supernet_run(tiny_config_factory, tmp_path_factory):
     """A 30-step supernet search; returns (config, metrics, callback events)."""
-    from training.loop import Callback, train
+    from training.run.loop import Callback, train
 
     events = []
 
@@ -89,7 +89,7 @@ def _direct_metrics(model, config, split):
 
 @pytest.mark.slow
 def test_loss_falls_and_callbacks_see_it(supernet_run):
-    from training.loop import read_training_log
+    from training.run.loop import read_training_log
 
     config, metrics, events = supernet_run
     log = read_training_log(f"{config.model_dir}/training_log.log")
@@ -174,7 +174,7 @@ def test_derived_architecture_trains_from_scratch(supernet_run, tmp_path):
     from absl import flags
 
     import train as train_cli
-    from training.loop import train
+    from training.run.loop import train
 
     config, metrics, _ = supernet_run
     fv = train_cli.define_flags(flags.FlagValues())
@@ -197,7 +197,7 @@ def test_derived_architecture_trains_from_scratch(supernet_run, tmp_path):
 def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(make_config, tmp_path):
     import tensorflow as tf
 
-    from training.loop import NonFiniteError, train
+    from training.run.loop import NonFiniteError, train
 
     # A learning rate of 1e30 makes the first update explode the weights.
     config = make_config(model_dir=tmp_path / "nan", learning_rate=1e30, max_steps=10,
@@ -221,7 +221,7 @@ def test_mixed_precision_steps(make_config, tiny_data, precision):
 
     import data_utils
     from model.families import build_model
-    from training.trainer import Trainer
+    from training.run.trainer import Trainer
 
     meta = data_utils.load_meta(str(tiny_data))
     batches = list(data_utils.make_dataset(str(tiny_data), "train", meta=meta).take(3))
@@ -256,7 +256,7 @@ def test_progress_lines_first_step_eta_and_evaluation(make_config, caplog, monke
 
     from evaluation import stream
     import train as train_cli
-    from training.loop import format_duration, train
+    from training.run.loop import format_duration, train
 
     monkeypatch.setattr(stream, "PROGRESS_SECONDS", 0.0)
     caplog.set_level("INFO")

@@ -13,7 +13,7 @@ import data_utils
 from model.transformer_xl.config import ModelConfig
 from model.transformer_xl.presets import preset_config
 import train as train_cli
-from training.config import ConfigError, TrainConfig
+from training.setup.config import ConfigError, TrainConfig
 
 
 @pytest.fixture
@@ -162,7 +162,7 @@ def test_missing_or_incomplete_data_dir(parse, tiny_data, tmp_path):
 
 
 def test_train_rejects_before_writing(parse, tmp_path):
-    from training.loop import train
+    from training.run.loop import train
 
     config, _ = parse()
     # A batch of 4 does not split over 3 replicas.
@@ -211,7 +211,7 @@ def test_cli_errors_are_one_line_and_write_nothing(tiny_data, tmp_path, cli_case
 def test_strategy_errors(monkeypatch):
     import tensorflow as tf
 
-    from training.strategy import make_strategy
+    from training.run.strategy import make_strategy
 
     monkeypatch.delenv("TF_CONFIG", raising=False)
     with pytest.raises(ConfigError, match="TF_CONFIG"):
@@ -227,7 +227,7 @@ def test_strategy_errors(monkeypatch):
 def test_thread_pools_set_after_start_up_are_one_clear_error():
     import tensorflow as tf
 
-    from training.strategy import configure_threads
+    from training.run.strategy import configure_threads
 
     tf.constant(1.0) + 1.0  # the runtime is up: its thread pools are fixed
     configure_threads(0, 0)  # TensorFlow's defaults: nothing to set
@@ -238,7 +238,7 @@ def test_thread_pools_set_after_start_up_are_one_clear_error():
 
 
 def test_overwrite_removes_only_our_files(tmp_path):
-    from training.checkpoint import clear_run
+    from training.run.checkpoint import clear_run
 
     run, logs = tmp_path / "run", tmp_path / "logs"
     ours = ["config.json", "checkpoint", "ckpt-5.index", "ckpt-5.data-00000-of-00001",
@@ -346,7 +346,7 @@ def test_unknown_optimizer_or_schedule_is_a_flag_error(flag, value, choice):
 
 def test_every_optimizer_and_schedule_is_a_flag_choice(parse):
     from training.optimizers import OPTIMIZERS
-    from training.schedules import LR_SCHEDULES
+    from training.optimizers.schedules import LR_SCHEDULES
 
     for name in OPTIMIZERS:
         assert parse(f"--optimizer={name}")[0].optimizer == name
@@ -356,7 +356,7 @@ def test_every_optimizer_and_schedule_is_a_flag_choice(parse):
 
 
 def test_resuming_a_run_as_another_family_is_refused(parse_any):
-    from training.loop import train
+    from training.run.loop import train
 
     txl, _ = parse_any("--preset=tiny")
     os.makedirs(txl.model_dir)

@@ -12,7 +12,7 @@ def test_samples_skip_the_unknown_word_token_of_a_model_that_prefers_it(tiny_dat
 
     import data_utils
     from tests.training.conftest import tiny_config
-    from training.trainer import Trainer
+    from training.run.trainer import Trainer
 
     tokenizer = data_utils.load_tokenizer(str(tiny_data))
     config = tiny_config(tiny_data, tmp_path / "run", model_architecture="afaf")

@@ -38,7 +38,7 @@ Decay rules (`OptimizerSpec.decay`): L2 and DECOUPLED only ever touch
 `model.weight_decay_variables()` (chosen by role, see model/interface.py);
 IN_UPDATE decays every weight, inside the optimizer's update, as the
 reference that rule reproduces does. Importing this package does not load
-TensorFlow, so `training.config` can validate `--optimizer` cheaply.
+TensorFlow, so `training.setup.config` can validate `--optimizer` cheaply.
 """
 
 import dataclasses
@@ -91,7 +91,7 @@ def _muon(keras, learning_rate, config, matrices):
 
     if not matrices:
         raise ValueError("--optimizer=muon needs the model's hidden matrices: "
-                         "OptimizerSpec.make(..., matrices=...) (training/optimizer_groups.py)")
+                         "OptimizerSpec.make(..., matrices=...) (training/optimizers/groups.py)")
     return RoleMuon(learning_rate=learning_rate, matrices=matrices, adam_beta_1=config.beta_1,
                     adam_beta_2=config.beta_2, epsilon=config.epsilon,
                     weight_decay=config.weight_decay)

@@ -11,7 +11,7 @@ grouping below says which:
   `should_stop`, `follow_up`, `after_follow_up`, `on_start`, `log_values`,
   `on_log`, `on_finish`;
 - on the host after the run, on the class (no instance: the end-of-run summary
-  is made from the run's config and results, training/run_summary.py):
+  is made from the run's config and results, training/report/summary.py):
   `summary_lines`, `next_commands`.
 
 A plug-in package declares itself in one place, a `Registration` named
@@ -170,7 +170,8 @@ class Plugin:
         return {}
 
     def on_log(self, step, summaries, model_dir):
-        """On the chief at every log interval (summaries: training.summaries.TrainSummaries)."""
+        """On the chief at every log interval (summaries:
+        training.report.tensorboard.TrainSummaries)."""
 
     def on_finish(self, results, model_dir, chief):
         """At the end of training: may add entries to metrics.json's `results`."""

@@ -109,8 +109,8 @@ def test_a_supernet_searches_derives_and_plots_four_candidates(glu_registered, w
 
     from model.families import build_model
     import train as train_cli
-    from training.loop import train
     from training.plugins.par_search import derive, plots
+    from training.run.loop import train
 
     fv = train_cli.define_flags(flags.FlagValues())
     fv(["train.py", f"--data_dir={word_data}", f"--model_dir={tmp_path / 'run'}",

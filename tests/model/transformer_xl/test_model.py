@@ -431,7 +431,7 @@ def test_shared_rel_bias_round_trips_through_checkpoints(tmp_path):
     expected = model(ids)[0].numpy()
     json_clone = TransformerXLLM.from_config(json.loads(json.dumps(model.get_config())))
     assert json_clone.untie_rel_bias is False and json_clone.get_config() == model.get_config()
-    # As training.checkpoint saves a run: the flat list model.variables.
+    # As training.run.checkpoint saves a run: the flat list model.variables.
     path = tf.train.Checkpoint(variables=[v.value for v in model.variables]).write(
         str(tmp_path / "ckpt")
     )

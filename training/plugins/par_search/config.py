@@ -1,6 +1,6 @@
 """The PAR search's section of the training config: `SearchConfig`.
 
-`TrainConfig.search` (training/config.py) holds it; its fields are train.py
+`TrainConfig.search` (training/setup/config.py) holds it; its fields are train.py
 flags of their own name (`--tau_start`, ...) in the "search" group, made
 from the fields' metadata as TrainConfig's are. config.json stores it under
 "search"; files written before the section existed have these keys at the

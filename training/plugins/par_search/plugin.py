@@ -43,7 +43,7 @@ search adds to plain training (Mandava et al. 2020, arXiv 2009.04534):
   metrics.json's derivation.
 
 "Planned steps" is the run's horizon, fixed at its first start
-(training/trainer.py).
+(training/run/trainer.py).
 
 A fixed architecture gets only its architecture string in metrics.json.
 """
@@ -55,7 +55,6 @@ import numpy as np
 import tensorflow as tf
 
 from runstore import run_dir
-from training.plan import capped_warmup
 from training.plugins.base import OptimizerGroup, Plugin
 from training.plugins.par_search import derive, plots, stopping
 from training.plugins.par_search import summaries as arch_summaries
@@ -64,6 +63,7 @@ from training.plugins.par_search.costs import candidate_costs
 from training.plugins.par_search.freezing import FreezeState
 from training.plugins.par_search.retrain import retrain_config, seed_from_search
 from training.plugins.par_search.schedules import tau_at
+from training.setup.plan import capped_warmup
 
 
 def _softmax(logits):

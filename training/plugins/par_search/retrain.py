@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from model.families import get_family
 from training.plugins.par_search.config import SECTION
-from training.recipes import get_recipe
+from training.setup.recipes import get_recipe
 
 # Fields the retrain command sets itself, or that come from the data or the search.
 _NOT_RETRAIN_FLAGS = frozenset({"data_dir", "model_dir", "model", "logdir", "preset",
@@ -77,7 +77,7 @@ def retrain_config(config, architecture):
     in `<model_dir>_retrain` (logs in `<logdir>_retrain` when a logdir is given).
     With --retrain_epochs the second stage trains that many epochs, whatever the
     search's own length; without it, a run with --recipe trains the recipe's length
-    (training/recipes.py), and one without trains the search's own."""
+    (training/setup/recipes.py), and one without trains the search's own."""
     model_dir = os.path.normpath(config.model_dir) + "_retrain"
     logdir = os.path.normpath(config.logdir) + "_retrain" if config.logdir else ""
     search = config.search

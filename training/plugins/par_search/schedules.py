@@ -7,8 +7,8 @@ in config.py, which does not load TensorFlow.
 
 import tensorflow as tf
 
+from training.optimizers.schedules import is_python_number
 from training.plugins.par_search.config import TAU_SCHEDULES
-from training.schedules import is_python_number
 
 __all__ = ["TAU_SCHEDULES", "tau_at"]
 

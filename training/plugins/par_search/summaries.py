@@ -3,12 +3,12 @@
 TensorBoard: the per-block probabilities of the candidates (the block types of
 model/transformer_xl/blocks.py) as scalars `arch/block_NN/<candidate>` and as a
 block-by-choice heat map `arch/probabilities`, written to the train writer by
-`ParSearch.on_log` through the run's `training.summaries.TrainSummaries`.
+`ParSearch.on_log` through the run's `training.report.tensorboard.TrainSummaries`.
 
 Console: the end-of-run summary's lines of a search (`result_lines`: the
 derived architecture, and why it has no attention block) and its first "next"
 command (`next_commands`: retrain the derived network), which
-`ParSearch.summary_lines` / `next_commands` give to training/run_summary.py.
+`ParSearch.summary_lines` / `next_commands` give to training/report/summary.py.
 """
 
 import os
@@ -16,8 +16,8 @@ import os
 import numpy as np
 
 from model.transformer_xl import blocks
-from training.plan import total_steps
 from training.plugins.par_search.retrain import retrain_command, retrain_config
+from training.setup.plan import total_steps
 
 # Pixels per cell of the block-by-choice heat map: TensorBoard shows images at
 # their native size, and a 6x3 image would be unreadable.
@@ -69,7 +69,7 @@ def write_architecture(summaries, step, probs):
     """Writes per-block choice probabilities and their heat map (train writer).
 
     Args:
-        summaries: the run's `training.summaries.TrainSummaries`.
+        summaries: the run's `training.report.tensorboard.TrainSummaries`.
         step: global step.
         probs: [num_blocks, C] probabilities of the registered block types.
     """

@@ -20,7 +20,7 @@ def write_spans(summaries, step, spans):
     """Writes adaptive attention spans `spans/layer_{l:02d}/head_{h}` (train writer).
 
     Args:
-        summaries: the run's `training.summaries.TrainSummaries`.
+        summaries: the run's `training.report.tensorboard.TrainSummaries`.
         step: global step.
         spans: one [N] array of spans (in tokens) per attention layer.
     """

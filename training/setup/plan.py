@@ -3,16 +3,16 @@
 The learning-rate decay, a plug-in's schedules (the PAR search's temperature)
 and the warm-ups are planned for the run's *horizon*, its total steps at the
 first start (`total_steps`), which a resumed run keeps even when
---max_steps/--epochs change how long it runs (training/trainer.py). A warm-up
+--max_steps/--epochs change how long it runs (training/run/trainer.py). A warm-up
 is capped at a fraction of the horizon (`capped_warmup`), so a short run still
 warms up, then trains.
 
-training/config.py (the flags) and training/schedules.py (the schedules) both
+training/setup/config.py (the flags) and training/optimizers/schedules.py (the schedules) both
 read `LR_SCHEDULES` from here, and a plug-in may use `capped_warmup` without
 importing the config module.
 """
 
-# The learning-rate schedules by name (training/schedules.py implements them).
+# The learning-rate schedules by name (training/optimizers/schedules.py implements them).
 LR_SCHEDULES = ("cosine", "linear", "constant", "inverse_sqrt")
 # The learning-rate warm-up is at most this fraction of the planned steps
 # (the default of --warmup_fraction).

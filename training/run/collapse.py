@@ -9,7 +9,7 @@ that is what happened (docs/results/adaptive_span_fidelity.md), silently.
 `CollapseGuard` watches the validation loss: once the learning-rate warm-up is
 over, an evaluation whose NLL is at least `THRESHOLD * H` logs one warning
 line naming the likely cause and the flags to change. It is a `train`
-callback (see `training.loop.Callback`), added to every run.
+callback (see `training.run.loop.Callback`), added to every run.
 """
 
 import math

@@ -2,8 +2,8 @@
 
 `train` checks the config against the data, the replicas and model_dir,
 prepares the run directory and finds the checkpoint to resume from, then
-`run_loop.RunLoop` feeds the training split to `Trainer.train_step`
-(training/trainer.py, which documents the step), logs, evaluates, saves
+`host.RunLoop` (training.run.host) feeds the training split to `Trainer.train_step`
+(training/run/trainer.py, which documents the step), logs, evaluates, saves
 checkpoints and writes metrics.json. Epochs start from fresh memories; a run resumes from the exact
 data position of its newest good checkpoint, with the schedules planned at
 its first start (--max_steps/--epochs may change how long it runs, not the
@@ -13,7 +13,7 @@ Faults (docs/faults.md says what the user sees):
 - SIGINT/SIGTERM: the step in progress finishes (an evaluation is abandoned
   and redone after the resume: `run_dir.PENDING_EVALUATION`), a checkpoint
   is written at that step and `interrupt.TrainingInterrupted` is raised
-  (training/interrupt.py; multi-worker through TensorFlow's
+  (training/run/interrupt.py; multi-worker through TensorFlow's
   PreemptionCheckpointHandler).
 - Checkpoints also every --checkpoint_every_minutes of wall time.
 - A damaged newest checkpoint is set aside and the run resumes from the
@@ -36,17 +36,17 @@ import tensorflow as tf
 
 import data_utils
 from runstore import checkpoints, run_dir, run_lock
-from training import checkpoint as checkpoint_lib
-from training import collapse, interrupt
-from training import strategy as strategy_lib
-from training.checkpoint import NonFiniteError
-from training.config import ConfigError
-from training.config_checks import check_data, check_model_dir, check_replicas, check_resume
-from training.interrupt import TrainingInterrupted
-from training.run_loop import RunLoop
-from training.run_summary import default_logdir, format_duration
-from training.trainer import Trainer
-from training.training_log import read_training_log
+from training.report.log import read_training_log
+from training.report.summary import default_logdir, format_duration
+from training.run import checkpoint as checkpoint_lib
+from training.run import collapse, interrupt
+from training.run import strategy as strategy_lib
+from training.run.checkpoint import NonFiniteError
+from training.run.host import RunLoop
+from training.run.interrupt import TrainingInterrupted
+from training.run.trainer import Trainer
+from training.setup.checks import check_data, check_model_dir, check_replicas, check_resume
+from training.setup.config import ConfigError
 
 # The run-directory names, kept here for the callers that import them from the loop.
 TRAINING_LOG = run_dir.TRAINING_LOG

@@ -64,7 +64,7 @@ from runstore.checkpoints import (
     remove_partial,
     restore_optional,
 )
-from training import strategy as strategy_lib
+from training.run import strategy as strategy_lib
 
 
 class NonFiniteError(RuntimeError):

@@ -1,14 +1,15 @@
 """What the console shows of a run: its end-of-run summary, durations, the cut-short note.
 
 train.py prints `run_summary` at the end of a run (a notebook calling
-`training.loop.train` can print it the same way); the loop logs
+`training.run.loop.train` can print it the same way); the loop logs
 `cut_short_note` and its ETA with `format_duration`.
 """
 
 import os
 import shlex
 
-from training import plugins, run_notes
+from training import plugins
+from training.report import notes as run_notes
 
 
 def format_duration(seconds):

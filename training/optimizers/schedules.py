@@ -20,7 +20,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from training.plan import LR_SCHEDULES  # the names live without TensorFlow, for the flags
+from training.setup.plan import LR_SCHEDULES  # the names live without TensorFlow, for the flags
 
 
 def _check_lr_args(peak_lr, warmup_steps, decay_steps, min_lr):

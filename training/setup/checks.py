@@ -1,7 +1,7 @@
 """The checks of a TrainConfig that need more than the config itself, made before
 anything is written, each raising `ConfigError` naming the flag and the fix:
 against the built data's meta.json (`check_data`), the replicas of the strategy
-(`check_replicas`, with `training.config.check_batch_split`) and the run
+(`check_replicas`, with `training.setup.config.check_batch_split`) and the run
 directory: a path that can become a directory (`check_model_dir`) and a
 previous run there, which a run resumes only with the same config but for the
 fields a resumed run may change (`check_resume`, `incompatible_fields`,
@@ -14,7 +14,7 @@ from model.config_base import cutoffs_problem
 from runstore.errors import ConfigError
 from runstore.run_dir import CONFIG_FILE
 from training import plugins
-from training.config import TrainConfig, check_batch_split, config_sections, total_steps
+from training.setup.config import TrainConfig, check_batch_split, config_sections, total_steps
 
 SPLITS = ("train", "valid", "test")
 

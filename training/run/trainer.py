@@ -1,10 +1,10 @@
 """`Trainer`: model, optimizers and the compiled training step of one run.
 
 It also evaluates a split (the one stream evaluator, evaluation/stream.py),
-samples text (training/samples.py), saves and restores checkpoints and keeps
+samples text (training/report/samples.py), saves and restores checkpoints and keeps
 the training memories. The host loop that drives it (data, logging,
-evaluation schedule, metrics.json) is `training.loop.train` (training/run_loop.py); the
-optimizer groups are made by training/optimizer_groups.py.
+evaluation schedule, metrics.json) is `training.run.loop.train` (training/run/host.py); the
+optimizer groups are made by training/optimizers/groups.py.
 
 The trainer uses the model only through the language-model interface
 (model/interface.py): state in, state out, token NLL, log-probs, extra
@@ -35,8 +35,8 @@ The step (`Trainer.train_step`), with R replicas and the global batch [B, T]:
    applies its gradients (a plug-in group from its `start_step` on). The
    Keras optimizers' own cross-replica sum is switched off because the
    gradients are already reduced. Otherwise nothing is applied, and the host
-   applies --on_nonfinite (training/run_loop.py): stop with
-   `training.loop.NonFiniteError` naming the quantity (the loss or a
+   applies --on_nonfinite (training/run/host.py): stop with
+   `training.run.loop.NonFiniteError` naming the quantity (the loss or a
    group's gradient), or go on with the step skipped. Under mixed_float16
    overflowing gradients are normal: the loss-scale optimizer skips the step
    and lowers its scale, and only a non-finite loss counts.
@@ -45,13 +45,13 @@ The step (`Trainer.train_step`), with R replicas and the global batch [B, T]:
 The learning rate and the plug-ins' schedules are functions of the index of
 the step being taken (0 for the first step), read from `TrainState.step`; the
 learning-rate warm-up counts steps from 1, as the references do
-(training/schedules.py): the first step trains at lr / warmup, not at 0.
+(training/optimizers/schedules.py): the first step trains at lr / warmup, not at 0.
 They are planned for the run's horizon: its total steps at the first start,
 saved in the checkpoints (`TrainState.horizon`), so a run resumed with
 another --max_steps/--epochs keeps its learning rate and temperature curves
 and only stops earlier or later. The learning-rate warm-up is
 `min(--warmup_steps, --warmup_fraction of the horizon)`
-(`training.config.capped_warmup`); the log line says when the cap shortens it.
+(`training.setup.config.capped_warmup`); the log line says when the cap shortens it.
 """
 
 import math
@@ -65,17 +65,21 @@ from model.families import build_model
 from model.interface import WEIGHTS_GROUP, check_model
 from pardata.replicas import distribute_rows, gather_rows
 from runstore import checkpoints, metrics
-from training import checkpoint as checkpoint_lib
-from training import micro_batches, optimizer_groups, plugins, samples, schedules
-from training import strategy as strategy_lib
-from training.config import capped_warmup, check_batch_split, total_steps
+from training import plugins
+from training.optimizers import groups as optimizer_groups
+from training.optimizers import schedules
+from training.report import samples
+from training.run import checkpoint as checkpoint_lib
+from training.run import micro_batches
+from training.run import strategy as strategy_lib
+from training.setup.config import capped_warmup, check_batch_split, total_steps
 
 
 class Trainer:
     """Model, optimizers, state and compiled steps of one run.
 
     Creating one sets the global Keras dtype policy to `config.precision` and
-    seeds Keras, NumPy and TensorFlow with the model seed (`training.loop.train`
+    seeds Keras, NumPy and TensorFlow with the model seed (`training.run.loop.train`
     restores the previous policy when it returns).
 
     Args:
@@ -214,7 +218,7 @@ class Trainer:
 
     def find_resume_point(self):
         """The newest checkpoint of model_dir that reads back whole (`checkpoint.find_good`;
-        training.loop also checks its data position, which only the loop keeps).
+        training.run.loop also checks its data position, which only the loop keeps).
 
         Returns:
             (prefix or None, list of (prefix, problem) of damaged newer ones).
@@ -241,7 +245,7 @@ class Trainer:
                 raise ValueError(
                     f"the checkpoint's schedules are planned for {saved} steps, this trainer's "
                     f"for {self.horizon}: create the Trainer with horizon="
-                    "training.checkpoint.saved_horizon(path)")
+                    "training.run.checkpoint.saved_horizon(path)")
             self.model_state = distribute_rows(
                 self.strategy, [tf.convert_to_tensor(m) for m in self.state.memories])
         return step
@@ -277,7 +281,7 @@ class Trainer:
 
     def _replica_gradients(self, inputs, targets, model_state):
         """(loss, nll_sum, gradients, new_state) of this replica's rows, in `batch_split`
-        micro-batches (training/micro_batches.py) summed."""
+        micro-batches (training/run/micro_batches.py) summed."""
         if self.batch_split == 1:
             return self._forward_backward(inputs, targets, model_state)
         return micro_batches.accumulate(self._forward_backward, self.batch_split,
@@ -426,7 +430,7 @@ class Trainer:
 
     def sample_text(self, num_tokens, step):
         """Text generated after the first segment of the valid split's first row
-        (`training.samples.TextSampler.sample_text`: deterministic given (seed, step),
+        (`training.report.samples.TextSampler.sample_text`: deterministic given (seed, step),
         serving's sampler at temperature 1, never the unknown-word token).
 
         Returns:

@@ -7,7 +7,7 @@ wrapped in a loss-scale optimizer under mixed_float16; an optimizer that
 takes them (muon) is also given the hidden matrices among the weights
 (`model.interface.is_hidden_matrix_by_role`). Every optimizer's own
 cross-replica gradient sum is switched off: the trainer sums the gradients
-once, before clipping (training/trainer.py documents the step).
+once, before clipping (training/run/trainer.py documents the step).
 """
 
 import keras

@@ -2,22 +2,22 @@
 
 `TrainConfig` is built once by `train.py` from its flags, checked in
 `__post_init__`, written to `model_dir/config.json` and handed to
-`training.loop.train`. Every field has the name of its flag, so an error
+`training.run.loop.train`. Every field has the name of its flag, so an error
 message that names a field also names the flag to fix. The model's own
 hyper-parameters live in the nested config of its model family
 (`model/families.py`: `ModelConfig` for transformer_xl, ...).
 
 Checks that need more than the config itself (the built data's meta.json,
 the number of replicas of the strategy, a previous run in `model_dir`) are
-the functions of training/config_checks.py (`check_data`, `check_replicas`,
+the functions of training/setup/checks.py (`check_data`, `check_replicas`,
 `check_model_dir`, `check_resume`) and `check_batch_split` here; each raises
 `ConfigError` before anything is written.
 
-Run length and schedules (training/plan.py, re-exported here): the
+Run length and schedules (training/setup/plan.py, re-exported here): the
 learning-rate decay, the plug-ins' schedules and the warm-ups are planned for
 the run's *horizon*, its total steps at the first start (`total_steps`),
 which a resumed run keeps even when --max_steps/--epochs change how long it
-runs (training/trainer.py). The warm-ups are capped at a fraction of the
+runs (training/run/trainer.py). The warm-ups are capped at a fraction of the
 horizon (`capped_warmup`): --warmup_steps at --warmup_fraction (default
 `WARMUP_FRACTION`, 10%; the SHA-RNN/LSTM presets 50%), so a short run still
 warms up, then trains.
@@ -37,13 +37,13 @@ from runstore.run_dir import CONFIG_FILE
 from training import plugins
 from training.optimizers import OPTIMIZERS as _OPTIMIZER_TABLE
 from training.optimizers import OPTION_FIELDS as _OPTIMIZER_OPTIONS
-from training.plan import (  # noqa: F401  (the run's plan, for the callers that read it here)
+from training.setup.plan import (  # noqa: F401  (the run's plan, for the callers that read it here)
     LR_SCHEDULES,
     WARMUP_FRACTION,
     capped_warmup,
     total_steps,
 )
-from training.recipes import RECIPES
+from training.setup.recipes import RECIPES
 
 NONFINITE_POLICIES = ("stop", "skip")
 # At least two checkpoints are kept: a damaged newest one leaves one to resume from.
@@ -127,9 +127,10 @@ class TrainConfig(ConfigBase):
                                "--mem_len).", **_FROM_ELSEWHERE)
     # Optimisation of the weights.
     recipe: str = _field(
-        "", "optimisation", "A named training recipe (training/recipes.py) that sets the flags "
-        "it names where they are not given; a flag given with another value than the recipe's "
-        "is refused, but its length (--epochs, --warmup_steps) may be changed. " + " ".join(
+        "", "optimisation", "A named training recipe (training/setup/recipes.py) that sets the "
+        "flags it names where they are not given; a flag given with another value than the "
+        "recipe's is refused, but its length (--epochs, --warmup_steps) may be changed. "
+        + " ".join(
             f"{name}: {recipe.help}" for name, recipe in RECIPES.items()), ("", *RECIPES),
         **_FROM_ELSEWHERE)
     optimizer: str = _field(

@@ -20,7 +20,7 @@ import os
 from absl import logging
 import tensorflow as tf
 
-from training.config import STRATEGIES, ConfigError
+from training.setup.config import STRATEGIES, ConfigError
 
 
 def make_strategy(name, num_cpu_replicas=None, tpu=""):

@@ -1,13 +1,13 @@
 """The host loop of a run: the steps, logging, evaluations, checkpoints, faults, the end.
 
-`training.loop.train` checks and prepares the run, then `RunLoop.run` feeds
-the training split to `Trainer.train_step` (training/trainer.py, which
-documents the step), logs (training/training_log.py, the console, TensorBoard),
+`training.run.loop.train` checks and prepares the run, then `RunLoop.run` feeds
+the training split to `Trainer.train_step` (training/run/trainer.py, which
+documents the step), logs (training/report/log.py, the console, TensorBoard),
 evaluates valid every --eval_interval steps and at the end (then test, and the
 best checkpoint's splits), saves checkpoints (every --checkpoint_interval steps,
 every --checkpoint_every_minutes, at the end and on an interruption), applies
---on_nonfinite (training/nonfinite.py's messages) and writes metrics.json.
-training/loop.py's docstring lists the faults and what the user sees.
+--on_nonfinite (training/run/nonfinite.py's messages) and writes metrics.json.
+training/run/loop.py's docstring lists the faults and what the user sees.
 """
 
 import contextlib
@@ -23,12 +23,14 @@ import tensorflow as tf
 import data_utils
 from pardata.yardsticks import yardsticks
 from runstore import metrics, run_dir
-from training import eta, interrupt, nonfinite, summaries
-from training import strategy as strategy_lib
-from training.checkpoint import NonFiniteError
-from training.interrupt import TrainingInterrupted
-from training.run_summary import cut_short_note, format_duration
-from training.training_log import TrainingLog, step_line
+from training.report import eta
+from training.report import tensorboard as summaries
+from training.report.log import TrainingLog, step_line
+from training.report.summary import cut_short_note, format_duration
+from training.run import interrupt, nonfinite
+from training.run import strategy as strategy_lib
+from training.run.checkpoint import NonFiniteError
+from training.run.interrupt import TrainingInterrupted
 
 # Keys of Trainer.train_step's result that are not plug-in step values.
 _STEP_OUTPUTS = frozenset({"loss", "nll", "lr", "finite", "nonfinite"})
