@@ -123,7 +123,7 @@ def choose_cutoffs(counts, d_model, args):
                              f"V={vocab_size}")
         return cutoffs, "given"
     try:
-        import optimal_cuts  # pylint: disable=import-outside-toplevel
+        from pardata import cutoffs as optimal_cuts  # pylint: disable=import-outside-toplevel
     except ImportError:
         # Roughly Grave et al.'s choice: a head of ~6% of the types.
         cutoffs = tuple(c for c in (vocab_size // 16, vocab_size // 4) if c >= 1)

@@ -21,7 +21,7 @@ from absl import logging
 import numpy as np
 
 from bench import common
-import optimal_cuts
+from pardata import cutoffs as optimal_cuts
 
 
 def parse_bool(text):

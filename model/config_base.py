@@ -16,7 +16,7 @@ import dataclasses
 import math
 import types
 import typing
-from typing import Any
+from typing import Any, Callable
 
 
 def field(default=dataclasses.MISSING, help="", choices=None, **metadata):  # noqa: A002
@@ -230,3 +230,23 @@ def check_softmax_fields(config):
             raise ValueError(f"proj_dims={config.proj_dims} must be positive integers")
     if not (config.proj_factor >= 1.0 and math.isfinite(config.proj_factor)):
         raise ValueError(f"proj_factor must be a finite number >= 1, got {config.proj_factor}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelFlag:
+    """A model flag a family parses by hand instead of generating it from its config field
+    (e.g. Transformer-XL's --architecture, a string checked against the depth).
+
+    Attributes:
+        name: the flag's and the config field's name.
+        help: the flag's help text.
+        parse: `(value, fields, preset) -> field value`: `value` is the flag's string
+            (after the plug-ins' readers, training.plugins.read_model_flag), `fields` the
+            model config's values so far (the preset's with the other flags'), `preset`
+            its name; raises ValueError with the rest of a sentence that starts with
+            "--name=value".
+    """
+
+    name: str
+    help: str
+    parse: Callable

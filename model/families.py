@@ -15,10 +15,15 @@ from typing import Any, Callable
 from model import sha_rnn, transformer_xl
 from model.sha_rnn import presets as sha_rnn_presets
 from model.sha_rnn.config import ShaRnnConfig
+from model.transformer_xl import flags as transformer_xl_flags
 from model.transformer_xl import presets as transformer_xl_presets
 from model.transformer_xl.config import ModelConfig
 
 DEFAULT_FAMILY = "transformer_xl"
+
+
+def _d_model(config):
+    return config.d_model
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +44,11 @@ class Family:
             recommends (e.g. its optimizer); flags given by the user win.
         register_keras_objects: `() -> None`, registers the family's Keras
             classes for `keras.saving.load_model` (imports TensorFlow).
+        model_flags: the `ModelFlag`s the family parses by hand (their config fields
+            get no generated flag).
+        summary_fields: the config fields a run's one-line description names.
+        softmax_width: `config -> int`, the width of the vectors the output layer reads
+            (what the adaptive softmax's cutoff solver prices).
     """
 
     name: str
@@ -49,6 +59,9 @@ class Family:
     builder: Callable
     register_keras_objects: Callable
     train_defaults: dict = dataclasses.field(default_factory=dict)
+    model_flags: tuple = ()
+    summary_fields: tuple = ()
+    softmax_width: Callable = _d_model
 
     def build(self, config, dtype=None):
         """Builds the family's model from `config` (weights created)."""
@@ -92,6 +105,10 @@ class Family:
         """The config's dataclass fields that become train.py flags (not vocab_size)."""
         return [f for f in dataclasses.fields(self.config_class) if f.name != "vocab_size"]
 
+    def model_flag(self, name):
+        """The family's `ModelFlag` called `name`, or None."""
+        return next((flag for flag in self.model_flags if flag.name == name), None)
+
 
 def _families():
     families = [
@@ -104,6 +121,8 @@ def _families():
             builder=transformer_xl.build,
             register_keras_objects=transformer_xl.register_keras_objects,
             train_defaults=transformer_xl_presets.TRAIN_DEFAULTS,
+            model_flags=(transformer_xl_flags.ARCHITECTURE,),
+            summary_fields=("architecture", "d_model", "num_blocks"),
         ),
         Family(
             name="sha_rnn",
@@ -115,6 +134,7 @@ def _families():
             builder=sha_rnn.build,
             register_keras_objects=sha_rnn.register_keras_objects,
             train_defaults=sha_rnn_presets.TRAIN_DEFAULTS,
+            summary_fields=("d_model", "num_layers"),
         ),
     ]
     return {family.name: family for family in families}

@@ -1,4 +1,5 @@
-"""Tests for optimal_cuts.py against brute force and a plain forward DP.
+"""Tests for the cutoff solver (pardata/cutoffs.py) and its command line (optimal_cuts.py)
+against brute force and a plain forward DP.
 
 The references below re-derive the cost from the spec in integer "count
 units" (cost times the total count), so they share no code with the solver
@@ -15,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 
-import optimal_cuts as oc
+from pardata import cutoffs as oc
 
 
 def ref_dims(d_model, num_tails, proj_factor):
@@ -448,7 +449,7 @@ def test_cli_errors_are_one_line(tmp_path, project_root, content, args, needle):
 
 
 def test_import_does_not_load_tensorflow(project_root):
-    code = ("import sys, optimal_cuts; "
+    code = ("import sys, optimal_cuts, pardata.cutoffs; "
             "sys.exit('tensorflow' in sys.modules or 'keras' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=project_root,
                           capture_output=True, timeout=60)

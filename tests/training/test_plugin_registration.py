@@ -23,6 +23,7 @@ from tests.helpers.trainers import family_config
 import train as train_cli
 from training import plugins
 from training.plugins.base import Plugin, Registration
+from training.setup import flags as training_flags
 from training.setup.checks import check_resume
 from training.setup.config import TrainConfig
 
@@ -101,7 +102,7 @@ def test_the_section_and_its_flag_come_from_the_registration(registered, tiny_da
     fv = train_cli.define_flags(flags.FlagValues())
     assert "count_every" in fv and fv["count_every"].help.startswith(f"[{SECTION}] Write")
     # The plug-ins' groups follow "model" in registry order: the PAR search's, then this one.
-    assert train_cli.flag_groups()[1:4] == ("model", "search", SECTION)
+    assert training_flags.flag_groups()[1:4] == ("model", "search", SECTION)
     config = _config(tiny_data, tmp_path / "run", "--count_every=3")
     assert config.counting == CountingConfig(count_every=3) == config.sections[SECTION]
     assert config.to_dict()[SECTION] == {"count_every": 3}

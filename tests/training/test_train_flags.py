@@ -13,6 +13,7 @@ import data_utils
 from model.transformer_xl.config import ModelConfig
 from model.transformer_xl.presets import preset_config
 import train as train_cli
+from training.setup import flags as training_flags
 from training.setup.config import ConfigError, TrainConfig
 
 
@@ -71,7 +72,7 @@ def test_model_and_training_flags_override(parse):
 
 
 def test_cutoffs_none_and_auto(parse, tiny_data):
-    from optimal_cuts import optimal_cutoffs
+    from pardata.cutoffs import optimal_cutoffs
 
     assert parse("--cutoffs=none")[0].model.cutoffs == ()
     config, _ = parse("--cutoffs=auto", "--num_tails=3", "--cutoff_min_head=5",
@@ -278,7 +279,7 @@ def test_sha_rnn_flags_come_from_its_config_fields(parse_any, tiny_data):
         assert field.name == "vocab_size" or field.name in fv, field.name
         # The flag's help is the field's own (one source of truth), except for
         # the flags train.py parses itself (cutoffs: 'auto', 'none').
-        if field.name not in ("vocab_size",) + train_cli.SPECIAL_MODEL_FLAGS:
+        if field.name not in ("vocab_size",) + training_flags.hand_parsed_model_flags()[0]:
             assert field.metadata["help"] in fv[field.name].help, field.name
     config, _ = parse_any("--model_family=sha_rnn", "--preset=sha_rnn_tiny", "--d_model=24",
                           "--boom_dim=48", "--attention_layers=0,1", "--mem_len=5")

@@ -45,8 +45,8 @@ from training.plugins import par_search, span_report
 from training.plugins.base import OptimizerGroup, Plugin, Registration
 
 __all__ = ["OptimizerGroup", "Plugin", "Registration", "config_sections", "make_plugins",
-           "next_commands", "register", "registered", "registrations", "run_files",
-           "summary_lines", "unregister"]
+           "next_commands", "read_model_flag", "register", "registered", "registrations",
+           "run_files", "summary_lines", "unregister"]
 
 # The registered plug-ins, in the order they are applied: one line each.
 _REGISTERED = [
@@ -120,6 +120,20 @@ def summary_lines(config, results):
 def plan_lines(config, train_records):
     """The registered plug-ins' lines announcing the command's later stages."""
     return [line for cls in registered() for line in cls.plan_lines(config, train_records)]
+
+
+def read_model_flag(name, value):
+    """A model flag's value after the registered plug-ins' readers (`Registration.
+    model_flag_readers`): a search run's directory becomes its derived architecture.
+
+    Raises:
+        ValueError, FileNotFoundError: a reader's, naming what it could not read.
+    """
+    for registration in _REGISTERED:
+        reader = registration.model_flag_readers.get(name)
+        if reader is not None:
+            value = reader(value)
+    return value
 
 
 def next_commands(config, results):

@@ -41,6 +41,11 @@ class Registration:
         resumable: names of the section's fields a resumed run may change.
         migrate: values -> values, moves an older config.json's keys into the
             section (the form before it existed), or None.
+        model_flag_readers: model flag name -> `(value) -> value`: turns a value that
+            names one of the plug-in's files into what the model family parses (the
+            search: a finished search run's directory -> its derived architecture),
+            and returns any other value as it is; raises ValueError or
+            FileNotFoundError.
     """
 
     name: str
@@ -49,6 +54,7 @@ class Registration:
     config: type | None = None
     resumable: frozenset = frozenset()
     migrate: Callable[[dict], dict] | None = None
+    model_flag_readers: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         if (self.section is None) != (self.config is None):

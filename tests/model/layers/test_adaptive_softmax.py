@@ -99,7 +99,8 @@ def test_tail_dims_against_exact_arithmetic():
 
 
 def test_optimal_cuts_prices_the_dims_the_layer_builds():
-    import optimal_cuts  # the solver calls model.config_base.tail_dims, the layers' formula
+    # The solver calls model.config_base.tail_dims, the layers' formula.
+    from pardata import cutoffs as optimal_cuts
 
     counts = np.arange(V, 0, -1)
     cases = [((6,), 2.0, ()), ((4, 9, 15), 2.0, ()), ((4, 9, 15), 1.5, ()),

@@ -26,6 +26,19 @@ def _load():
     return ParSearch
 
 
+def _read_architecture(value):
+    """--architecture: a finished search run (or its architecture.json/.txt) -> its derived
+    string; a name or a string of block letters as it is."""
+    import os
+
+    from training.plugins.par_search import derive
+
+    if not (os.path.exists(value) or os.sep in value or value.endswith((".json", ".txt"))):
+        return value
+    return derive.read_architecture(value)
+
+
 PLUGIN = Registration(name="par_search", load=_load, section=config.SECTION,
                       config=config.SearchConfig, resumable=config.RESUMABLE,
-                      migrate=config.migrate_flat)
+                      migrate=config.migrate_flat,
+                      model_flag_readers={"architecture": _read_architecture})
