@@ -39,7 +39,7 @@ def main(argv):
     `interrupted at step N: ...` line; docs/faults.md)."""
     import data_utils
     from runstore.run_dir import WriteError
-    from training.report.summary import run_summary
+    from training.report.summary import closing_summary, run_summary
     from training.run.loop import NonFiniteError, TrainingInterrupted, train
 
     if len(argv) > 1:
@@ -64,8 +64,9 @@ def main(argv):
         print(f"error: {error}", file=sys.stderr)
         return 1
     print(run_summary(config, results))
-    if "retrain" in results or exported:
-        print(pipeline_summary(results, exported))
+    closing = closing_summary(results, exported)
+    if closing:
+        print(closing)
     return 0
 
 
@@ -125,7 +126,7 @@ def _export(config, results, path, overwrite):
     from serving import export, runs
     from training.run import interrupt
 
-    model_dir = results.get("retrain", {}).get("model_dir", config.model_dir)
+    model_dir = results.get("final_model_dir", config.model_dir)
     try:
         with interrupt.signals_as_interrupts():  # SIGTERM too removes the temporary file
             path = export.export_keras(runs.load_run(model_dir, checkpoint="best"), path,
@@ -134,32 +135,6 @@ def _export(config, results, path, overwrite):
         raise ExportInterrupted(path, interrupt.interrupt_exit_code(stop)) from None
     logging.info("exported %s (best checkpoint) to %s", model_dir, path)
     return path
-
-
-def pipeline_summary(results, exported):
-    """The end of a search + retrain (+ export) command: both stages on a few lines."""
-    lines = ["PAR pipeline:"]
-    stages = [("search (supernet)", results)]
-    if "retrain" in results:
-        stages.append(("derived network", results["retrain"]))
-    for name, run in stages:
-        best = run.get("best") or run.get("last") or {}
-        line = f"  {name} {run.get('architecture')}"
-        if "valid" in best:
-            line += (f": best valid perplexity {best['valid']['perplexity']:.2f} "
-                     f"(step {best['step']})")
-        if "test" in best:
-            line += (f", test perplexity {best['test']['perplexity']:.2f}, word perplexity "
-                     f"{best['test']['word_perplexity']:.2f}, bits/byte "
-                     f"{best['test']['bits_per_byte']:.4f}")
-        lines.append(line)
-    decided = results.get("derivation", {}).get("decided_step")
-    if decided is not None:
-        lines.append(f"  the search was decided at step {decided}")
-    if exported:
-        lines.append(f"  exported: {exported}   (python3 generate.py --model={exported} "
-                     "--prompt=...)")
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":

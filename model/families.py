@@ -49,6 +49,8 @@ class Family:
         summary_fields: the config fields a run's one-line description names.
         softmax_width: `config -> int`, the width of the vectors the output layer reads
             (what the adaptive softmax's cutoff solver prices).
+        evaluation_settings: the config fields an evaluation may change on a trained
+            run, the weights staying valid (evaluate.py makes them flags).
     """
 
     name: str
@@ -62,6 +64,7 @@ class Family:
     model_flags: tuple = ()
     summary_fields: tuple = ()
     softmax_width: Callable = _d_model
+    evaluation_settings: tuple = ()
 
     def build(self, config, dtype=None):
         """Builds the family's model from `config` (weights created)."""
@@ -123,6 +126,7 @@ def _families():
             train_defaults=transformer_xl_presets.TRAIN_DEFAULTS,
             model_flags=(transformer_xl_flags.ARCHITECTURE,),
             summary_fields=("architecture", "d_model", "num_blocks"),
+            evaluation_settings=("clamp_len", "same_length"),
         ),
         Family(
             name="sha_rnn",
@@ -141,6 +145,17 @@ def _families():
 
 
 FAMILIES: dict[str, Family] = _families()
+
+
+def evaluation_settings():
+    """Every family's evaluation settings: name -> (its config field, the families that
+    have it), in family order (evaluate.py's flags)."""
+    settings = {}
+    for family in FAMILIES.values():
+        fields = {f.name: f for f in dataclasses.fields(family.config_class)}
+        for name in family.evaluation_settings:
+            settings.setdefault(name, (fields[name], []))[1].append(family.name)
+    return settings
 
 
 def get_family(name):

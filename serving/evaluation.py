@@ -23,15 +23,11 @@ import time
 
 import data_utils
 from evaluation.stream import StreamEvaluator, check_settings
+from model.families import family_of
 from runstore import run_dir
 from runstore.metrics import lm_metrics
 from serving.errors import EvaluationError
 from serving.sources import split_ids, text_file_ids
-
-# Model config fields that evaluation may change on a trained run (the
-# weights stay valid); a family whose config lacks one refuses it.
-MODEL_SETTINGS = ("clamp_len", "same_length")
-
 
 # --------------------------------------------------------------------- runs
 
@@ -90,9 +86,8 @@ def evaluate_run(run, *, split=None, text_file=None, data_dir=None, seq_len=None
         ids, batch_size, seq_len, label=label, progress_interval=progress_interval)
     metrics = lm_metrics(result.total_nll, result.tokens, words=words, num_bytes=num_bytes)
     settings = {"seq_len": int(seq_len), "mem_len": int(mem_len), "batch_size": int(batch_size)}
-    for name in MODEL_SETTINGS:
-        if hasattr(config.model, name):
-            settings[name] = getattr(config.model, name)
+    for name in family_of(config.model).evaluation_settings:
+        settings[name] = getattr(config.model, name)
     return dict(
         metrics, total_nll=result.total_nll, tokens=result.tokens, ids=int(len(ids)),
         words=int(words), bytes=int(num_bytes), parts=result.parts(), settings=settings,

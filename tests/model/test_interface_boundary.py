@@ -1,4 +1,5 @@
-"""training/, serving/ and evaluation/ use a model only through model/interface.py.
+"""training/, serving/, evaluation/ and the entry scripts use a model only through
+model/interface.py.
 
 The generic modules (every module of training/, serving/ and evaluation/ outside the plug-in
 packages and the plug-in registries, from the import graph: tests/helpers/imports.py)
@@ -57,6 +58,33 @@ def _used_names(tree):
     return names
 
 
+# The same names as string keys (a dict key, getattr's, a flag's name) and the names of
+# the families and their stages, which generic code reads only through a family or a
+# plug-in hook.
+FORBIDDEN_STRINGS = FORBIDDEN_NAMES | {
+    "transformer_xl", "sha_rnn", "supernet", "retrain", "clamp_len", "same_length",
+    "derivation", "search",
+}
+# The entry scripts, held to the generic rules as well.
+SCRIPTS = ("train.py", "generate.py", "evaluate.py", "export.py", "build_data.py", "par.py")
+
+
+def _docstrings(tree):
+    nodes = [tree] + [n for n in ast.walk(tree)
+                      if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    return {id(n.body[0].value) for n in nodes if n.body and isinstance(n.body[0], ast.Expr)
+            and isinstance(n.body[0].value, ast.Constant)}
+
+
+def _used_strings(tree):
+    """String constants (docstrings aside) that are one of FORBIDDEN_STRINGS, also as
+    an f-string's literal part that is exactly one."""
+    skip = _docstrings(tree)
+    return {node.value for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and id(node) not in skip and node.value in FORBIDDEN_STRINGS}
+
+
 def _imported(tree):
     modules = set()
     for node in ast.walk(tree):
@@ -79,10 +107,10 @@ def test_the_generic_files_come_from_the_graph():
     assert len(REGISTRIES) == 1
 
 
-@pytest.mark.parametrize("path", GENERIC)
+@pytest.mark.parametrize("path", GENERIC + list(SCRIPTS))
 def test_generic_code_names_no_model_family_internals(path):
     tree = ast.parse((PROJECT_ROOT / path).read_text(encoding="utf-8"))
-    used = _used_names(tree) & FORBIDDEN_NAMES
+    used = (_used_names(tree) & FORBIDDEN_NAMES) | _used_strings(tree)
     assert used == PENDING_NAMES.get(path, set()), sorted(used)
     module = path[:-3].replace("/", ".")
     bad = sorted(m for m in _imported(tree) if m.startswith(FORBIDDEN_MODULES)
@@ -95,6 +123,11 @@ def test_the_check_sees_a_violation():
                      "x = model.initial_mems(4)\n")
     assert _used_names(tree) & FORBIDDEN_NAMES == {"initial_mems"}
     assert "model.transformer_xl.presets" in _imported(tree)
+    # A family's name planted in a script as a string key; a docstring may say it.
+    planted = ast.parse('"""Trains a transformer_xl."""\n'
+                        'def f(results):\n    """Reads "retrain"."""\n'
+                        '    return results["retrain"], "sha_rnn"\n')
+    assert _used_strings(planted) == {"retrain", "sha_rnn"}
 
 
 def test_every_family_implements_the_interface():

@@ -55,6 +55,8 @@ def test_the_search_stops_when_decided_and_its_derived_network_trains_next(pipel
     assert f"step={decided} search_decided=1" in log
     retrain = results["retrain"]
     assert retrain["architecture"] == results["architecture"] != "supernet"
+    # The command ended with the retrain: that is the run an --export packages.
+    assert results["final_model_dir"] == str(root / "search_retrain") == retrain["model_dir"]
     metrics = json.loads((root / "search_retrain" / "metrics.json").read_text())
     # --retrain_epochs=2 sets the second stage's length, not the search's --max_steps.
     records = data_utils.load_meta(config.data_dir)["splits"]["train"]["records"]
@@ -84,10 +86,11 @@ def test_the_exported_package_generates_and_evaluates_like_the_retrained_run(pip
 
 @pytest.mark.slow
 def test_the_end_of_run_summary_names_both_stages_and_the_package(pipeline):
-    import train as train_cli
+    from training.report.summary import closing_summary
 
     _, results, exported, _ = pipeline
-    summary = train_cli.pipeline_summary(results, exported)
+    summary = closing_summary(results, exported)
+    assert summary.splitlines()[0] == "PAR pipeline:"
     assert f"search (supernet) {results['architecture']}" in summary
     test = results["retrain"]["best"]["test"]["perplexity"]
     assert f"derived network {results['architecture']}" in summary

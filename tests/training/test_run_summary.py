@@ -121,13 +121,13 @@ def test_a_registered_plugin_adds_its_line_and_its_command_to_the_summary():
         lines = run_summary(config, results).splitlines()
     finally:
         plugins.unregister("noter")
-    # Its line stands after the run's figures, in place of the generic architecture
-    # line; its command comes first under "next:"; nothing else changes.
+    # Its line stands after the registered plug-ins' (the search names the fixed
+    # architecture); its command comes first under "next:"; nothing else changes.
     assert before[1] == "architecture: afaf"
-    assert lines[1] == "noted: 10 steps in runs/x"
+    assert lines[1:3] == ["architecture: afaf", "noted: 10 steps in runs/x"]
     assert lines[lines.index("next:") + 1] == (
         "  python3 note.py --model_dir=runs/x   # read the note")
-    assert [x for x in lines if "note" not in x] == before[:1] + before[2:]
+    assert [x for x in lines if "note" not in x] == before
     assert run_summary(config, results).splitlines() == before  # unregistered: gone
 
 
@@ -193,3 +193,31 @@ def test_a_run_records_its_yardsticks_and_the_summary_says_when_it_overfits(
     assert notes(later(50, 1.01)) == []      # within 2%: noise
     assert notes(later(25, 1.5)) == []       # one evaluation after the best
     assert notes(dict(results, last=best)) == []
+
+
+def test_the_closing_summary_names_the_later_stages_only_when_there_were_some():
+    """After the run's summary: a search with its retrain gets both stages (the search
+    plug-in's lines) with the export indented under them; a plain run with an export gets
+    the export alone (no pipeline heading); a plain run gets nothing."""
+    from training.report.summary import closing_summary
+
+    def best(valid, test, step):
+        figures = {"perplexity": test, "word_perplexity": test * 2, "bits_per_byte": 1.0}
+        return {"step": step, "valid": {"perplexity": valid}, "test": figures}
+
+    retrain = {"architecture": "aaafaf", "best": best(44.0, 42.5, 900)}
+    search = {"architecture": "aaafaf", "best": best(60.0, 58.0, 300), "retrain": retrain,
+              "derivation": {"decided_step": 250}}
+    lines = closing_summary(search, "runs/x.keras").splitlines()
+    assert lines == [
+        "PAR pipeline:",
+        "  search (supernet) aaafaf: best valid perplexity 60.00 (step 300), test perplexity "
+        "58.00, word perplexity 116.00, bits/byte 1.0000",
+        "  derived network aaafaf: best valid perplexity 44.00 (step 900), test perplexity "
+        "42.50, word perplexity 85.00, bits/byte 1.0000",
+        "  the search was decided at step 250",
+        "  exported: runs/x.keras   (python3 generate.py --model=runs/x.keras --prompt=...)"]
+    plain = {"best": best(50.0, 49.0, 100)}
+    assert closing_summary(plain, "runs/y.keras") == (
+        "exported: runs/y.keras   (python3 generate.py --model=runs/y.keras --prompt=...)")
+    assert closing_summary(plain) == ""

@@ -44,7 +44,8 @@ plug-in at run time (tests, experiments).
 from training.plugins import par_search, span_report
 from training.plugins.base import OptimizerGroup, Plugin, Registration
 
-__all__ = ["OptimizerGroup", "Plugin", "Registration", "config_sections", "make_plugins",
+__all__ = ["OptimizerGroup", "Plugin", "Registration", "closing_lines", "config_sections",
+           "make_plugins",
            "next_commands", "read_model_flag", "register", "registered", "registrations",
            "run_files", "summary_lines", "unregister"]
 
@@ -115,6 +116,11 @@ def run_files():
 def summary_lines(config, results):
     """The registered plug-ins' lines of the end-of-run summary, in registry order."""
     return [line for cls in registered() for line in cls.summary_lines(config, results)]
+
+
+def closing_lines(results):
+    """The registered plug-ins' lines about the command's later stages, in registry order."""
+    return [line for cls in registered() for line in cls.closing_lines(results)]
 
 
 def plan_lines(config, train_records):

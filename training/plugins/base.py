@@ -189,9 +189,14 @@ class Plugin:
         """Lines of the console's end-of-run summary about what the run made, after
         its best figures (`results`: what `train` returned, `config`: its TrainConfig).
 
-        When a plug-in gives lines, they stand in for the summary's generic
-        `architecture: ...` line (the search names the architecture it derived).
         """
+        return []
+
+    @classmethod
+    def closing_lines(cls, results):
+        """Lines printed after the run's summary about the later stages the command ran
+        (the search's retrain: both stages' figures), or [] (`results`: what `train`
+        returned)."""
         return []
 
     @classmethod

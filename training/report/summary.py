@@ -1,6 +1,6 @@
 """What the console shows of a run: its end-of-run summary, durations, the cut-short note.
 
-train.py prints `run_summary` at the end of a run (a notebook calling
+train.py prints `run_summary` at the end of a run, then `closing_summary` (a notebook calling
 `training.run.loop.train` can print it the same way); the loop logs
 `cut_short_note` and its ETA with `format_duration`.
 """
@@ -10,6 +10,18 @@ import shlex
 
 from training import plugins
 from training.report import notes as run_notes
+
+
+def closing_summary(results, exported=None):
+    """What train.py prints after `run_summary`: the plug-ins' lines about the command's
+    later stages (`Plugin.closing_lines`: a search and its retrain) and the exported
+    package with the command that uses it; "" when there is neither."""
+    lines = plugins.closing_lines(results)
+    if exported:
+        indent = "  " if lines else ""
+        lines.append(f"{indent}exported: {exported}   (python3 generate.py --model={exported} "
+                     "--prompt=...)")
+    return "\n".join(lines)
 
 
 def format_duration(seconds):
@@ -51,11 +63,7 @@ def _result_lines(config, results):
         if test:
             line += f"; test perplexity {test['perplexity']:.2f} at that step"
         lines.append(line)
-    described = plugins.summary_lines(config, results)  # a search: its derived network
-    if described:
-        lines += described
-    elif results.get("architecture"):
-        lines.append(f"architecture: {results['architecture']}")
+    lines += plugins.summary_lines(config, results)  # a search: its derived network
     if valid:
         lines += _yardstick_lines(config, results)
     return lines

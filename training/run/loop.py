@@ -97,7 +97,8 @@ def train(config, callbacks=None, *, strategy=None, overwrite=False, stop_reques
             its step 0).
 
     Returns:
-        The content of metrics.json (dict).
+        The content of metrics.json (dict); after a run named next, also
+        `final_model_dir`: that run's directory (the one the command ended with).
 
     Raises:
         ConfigError: flags, data or model_dir do not fit together (also:
@@ -134,6 +135,8 @@ def _train_runs(config, callbacks, strategy, overwrite, stop):
         followed = train(follow, callbacks, strategy=strategy, overwrite=overwrite,
                          stop_requests=stop)
         results = plugin.after_follow_up(results, followed)
+        # The run that ended the command (what --export packages); not in metrics.json.
+        results = dict(results, final_model_dir=follow.model_dir)
     return results
 
 

@@ -394,6 +394,10 @@ class ParSearch(Plugin):
         return arch_summaries.result_lines(config, results)
 
     @classmethod
+    def closing_lines(cls, results):
+        return arch_summaries.pipeline_lines(results)
+
+    @classmethod
     def plan_lines(cls, config, train_records):
         return arch_summaries.plan_lines(config, train_records)
 

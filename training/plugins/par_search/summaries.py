@@ -86,10 +86,10 @@ def write_architecture(summaries, step, probs):
 def result_lines(config, results):
     """The summary's lines of a search: its derived architecture (marked when
     derived from untrained logits, with the path of architecture.json) and why it
-    has no attention block, or [] when the run derived none."""
+    has no attention block; of a fixed architecture's run, the architecture."""
     derivation = results.get("derivation")
-    if not derivation:
-        return []
+    if not derivation:  # a fixed architecture, trained
+        return [f"architecture: {results['architecture']}"] if results.get("architecture") else []
     note = " (untrained: NOT a search result)" if derivation.get("untrained") else ""
     lines = [f"derived architecture: {derivation['architecture']}{note} "
              f"({os.path.join(config.model_dir, 'architecture.json')})"]
@@ -99,6 +99,30 @@ def result_lines(config, results):
                      f"{config.search.stop_rule}) and ends there by design")
     why = no_attention_note(derivation, results["step"])
     return lines + ([why] if why else [])
+
+
+def pipeline_lines(results):
+    """Both stages of a search with its retrain (--then_retrain), after the run's summary:
+    each stage's network and best figures, and the step the search was decided; [] for
+    any other run."""
+    if "retrain" not in results:
+        return []
+    lines = ["PAR pipeline:"]
+    for name, run in (("search (supernet)", results), ("derived network", results["retrain"])):
+        best = run.get("best") or run.get("last") or {}
+        line = f"  {name} {run.get('architecture')}"
+        if "valid" in best:
+            line += (f": best valid perplexity {best['valid']['perplexity']:.2f} "
+                     f"(step {best['step']})")
+        if "test" in best:
+            line += (f", test perplexity {best['test']['perplexity']:.2f}, word perplexity "
+                     f"{best['test']['word_perplexity']:.2f}, bits/byte "
+                     f"{best['test']['bits_per_byte']:.4f}")
+        lines.append(line)
+    decided = results.get("derivation", {}).get("decided_step")
+    if decided is not None:
+        lines.append(f"  the search was decided at step {decided}")
+    return lines
 
 
 def plan_lines(config, train_records):
