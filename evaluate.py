@@ -33,18 +33,12 @@ import tools.in_environment  # noqa: F401  (one line, not a traceback, outside t
 
 from absl import app, flags, logging
 
+from model.families import evaluation_settings  # no TensorFlow
 from pardata.build import SPLITS  # no TensorFlow
 import pardata.quiet  # noqa: F401  (TensorFlow start-up noise; before TF is imported)
-import serving
+from serving import model_flags
 
-flags.DEFINE_string("model", None, ".keras file written by export.py (model, tokenizer and "
-                    "settings in one file, e.g. pretrained/wt2_base.keras); instead of "
-                    "--model_dir.")
-flags.DEFINE_string("model_dir", None, "Run directory written by train.py (config.json, "
-                    "checkpoints, best/).")
-flags.DEFINE_string("checkpoint", "best", "--model_dir only: best (best on valid; the latest "
-                    "if the run was never evaluated), latest, or a checkpoint path (ckpt-<step> "
-                    "prefix, absolute or inside --model_dir).")
+model_flags.define(flags.FLAGS)
 flags.DEFINE_enum("split", None, SPLITS, "Split of the run's data to evaluate, all of it "
                   "(the ids after the last record too); with --model, the split of the "
                   "model's dataset read from its raw text. Default valid unless --text_file.")
@@ -57,11 +51,12 @@ flags.DEFINE_integer("mem_len", None, "Memory positions carried between segments
                      "default: the run's eval_mem_len, as training evaluated (0: no memory).")
 flags.DEFINE_integer("batch_size", None, "Rows evaluated together (>= 1); default: the "
                      "split's batch size in the data (a text file: the data's eval batch size).")
-flags.DEFINE_integer("clamp_len", None, "Transformer-XL only: clamp relative distances to "
-                     "this (<= 0: no clamping); default: the run's.")
-flags.DEFINE_boolean("same_length", None, "Transformer-XL only: every query attends to the "
-                     "same number of keys (memory length + 1), as Transformer-XL evaluates; "
-                     "default: the run's setting.")
+# The families' evaluation settings (model/families.py), one flag each: config fields a
+# trained run may be evaluated with another value of.
+_DEFINE = {"int": flags.DEFINE_integer, "bool": flags.DEFINE_boolean, "float": flags.DEFINE_float}
+for _name, (_field, _owners) in evaluation_settings().items():
+    _DEFINE[getattr(_field.type, "__name__", str(_field.type))](
+        _name, None, f"{', '.join(_owners)} only: {_field.metadata['help']} Default: the run's.")
 flags.DEFINE_string("output", None, "JSON file of the results (written atomically); default: "
                     "<model_dir>/eval_<split>.json, or eval_text_<file name>.json for "
                     "--text_file; with --model, none unless given.")
@@ -77,8 +72,7 @@ class FlagError(ValueError):
 
 def _check_flags():
     """Checks that need no TensorFlow (so these errors come at once)."""
-    problem = serving.model_source_problem(FLAGS.model, FLAGS.model_dir,
-                                           FLAGS["checkpoint"].present)
+    problem = model_flags.problem(FLAGS)
     if problem:
         raise FlagError(problem)
     if FLAGS.model and FLAGS.data_dir is not None:
@@ -122,7 +116,7 @@ def _evaluate():
         split = "valid"
     from serving import evaluation, generation
 
-    overrides = {name: getattr(FLAGS, name) for name in evaluation.MODEL_SETTINGS
+    overrides = {name: getattr(FLAGS, name) for name in evaluation_settings()
                  if getattr(FLAGS, name) is not None}
     run = generation.load(FLAGS.model_dir or None, FLAGS.model or None, FLAGS.checkpoint,
                           model_overrides=overrides)

@@ -45,12 +45,9 @@ import tools.in_environment  # noqa: F401  (one line, not a traceback, outside t
 from absl import app, flags, logging
 
 import pardata.quiet  # noqa: F401  (TensorFlow start-up noise; before TF is imported)
+from serving import model_flags
 
-flags.DEFINE_string("model_dir", None, "Run directory written by train.py.")
-flags.DEFINE_string("model", None, "A .keras file written by export.py, instead of "
-                    "--model_dir (e.g. to write its SavedModel).")
-flags.DEFINE_string("checkpoint", "best", "--model_dir only: best, latest, or a checkpoint "
-                    "path (ckpt-<step> prefix, absolute or inside --model_dir).")
+model_flags.define(flags.FLAGS, model_purpose="to write its SavedModel")
 flags.DEFINE_enum("format", "keras", ["keras", "saved_model"], "keras: one .keras file; "
                   "saved_model: a TensorFlow SavedModel directory for serving.")
 flags.DEFINE_string("output", None, "Output path (a .keras file or a SavedModel directory).")
@@ -66,13 +63,11 @@ FLAGS = flags.FLAGS
 
 def _flag_problem():
     """The first flag error, or None (checked before TensorFlow is imported)."""
-    if bool(FLAGS.model_dir) == bool(FLAGS.model):
-        return ("give --model_dir (a run directory) or --model (a .keras file), and --output"
-                if not FLAGS.model_dir else "give either --model_dir or --model, not both")
+    problem = model_flags.problem(FLAGS)
+    if problem:
+        return problem
     if not FLAGS.output:
         return "--output is required: the .keras file or SavedModel directory to write"
-    if FLAGS.model and FLAGS["checkpoint"].present:
-        return "--checkpoint selects a checkpoint of --model_dir: drop it with --model"
     if FLAGS.format == "keras" and not FLAGS.output.endswith(".keras"):
         return f"--output={FLAGS.output} must end in .keras for --format=keras"
     if FLAGS.format == "saved_model" and FLAGS["dtype"].present:

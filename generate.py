@@ -37,16 +37,9 @@ import tools.in_environment  # noqa: F401  (one line, not a traceback, outside t
 from absl import app, flags, logging
 
 import pardata.quiet  # noqa: F401  (TensorFlow start-up noise; before TF is imported)
-import serving
+from serving import model_flags
 
-flags.DEFINE_string("model", None, ".keras file written by export.py (model, tokenizer and "
-                    "settings in one file, e.g. pretrained/wt2_base.keras); instead of "
-                    "--model_dir.")
-flags.DEFINE_string("model_dir", None, "Run directory written by train.py (config.json, "
-                    "checkpoints, best/).")
-flags.DEFINE_string("checkpoint", "best", "--model_dir only: best (best on valid; the latest "
-                    "if the run was never evaluated), latest, or a checkpoint path (ckpt-<step> "
-                    "prefix, absolute or inside --model_dir).")
+model_flags.define(flags.FLAGS)
 flags.DEFINE_string("prompt", "", "Text to continue; empty starts at a line start (<eos>), "
                     "which a --nosp_eos build does not have.")
 flags.DEFINE_string("prompt_file", None, "UTF-8 file whose content is the prompt (instead "
@@ -111,8 +104,7 @@ def _generate():
         raise FlagError(f"--seed={FLAGS.seed} must be in [0, 2**62)")
     if FLAGS.chunk_len is not None and FLAGS.chunk_len < 1:
         raise FlagError(f"--chunk_len={FLAGS.chunk_len} must be >= 1")
-    problem = serving.model_source_problem(FLAGS.model, FLAGS.model_dir,
-                                           FLAGS["checkpoint"].present)
+    problem = model_flags.problem(FLAGS)
     if problem:
         raise FlagError(problem)
     text = _read_prompt()

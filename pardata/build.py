@@ -238,7 +238,8 @@ def train_tokenizer(config: BuildConfig, train: SplitSource) -> tokenizers.Token
             raise DataError(f"--vocab_size={config.vocab_size} but --sp_model "
                             f"{config.sp_model} has {tok.vocab_size} pieces; drop --vocab_size")
     elif config.tokenizer == "sentencepiece":
-        # One opaque call of ~20 s on WikiText-2 (2 CPU cores): say it is alive.
+        # One opaque call, most of a WikiText-2 build's time (bench/README.md#data-pipeline):
+        # say it is alive.
         with Heartbeat(progress.label):
             tok = tokenizers.SentencePieceTokenizer.train(
                 _lines(train), config.vocab_size, model_type=config.sp_model_type,

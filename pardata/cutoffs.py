@@ -353,8 +353,8 @@ def optimal_cutoffs(counts, num_tails, d_model, proj_factor=4.0, proj_dims=(),
     backwards: `F_K(a) = w_K(a, N)`, `F_i(a) = min_{b > a} w_i(a, b) +
     F_{i+1}(b)`, answer `min_{c_0 >= min_head} head(c_0) + F_1(c_0)`. Each
     layer's minimiser is monotone (proof in `_layer_divide_and_conquer`, valid
-    for every option), so the default solver takes O(K N log N): about 1 s for
-    N = 267,735 and K = 4 on 2 CPU cores. Among equal costs the lexicographically smallest
+    for every option), so the default solver takes O(K N log N) (timings:
+    bench/README.md#optimal-cutoffs). Among equal costs the lexicographically smallest
     cutoffs win (exactly when every cost times the total count is an integer
     below 2**53, e.g. integer counts with `total * d * N` well below 9e15;
     otherwise up to float64 round-off).

@@ -13,9 +13,9 @@ differentiated op by op:
 
 (the mean taken over the normalised axis). The forward value is Keras' to
 float rounding; the backward pass has about half the ops of the
-differentiated one and took 0.66x its time at wt2_base sizes (forward and
-backward, [32, 32, 128]). Other settings (other axes, no scale or offset,
-`rms_scaling`) fall back to Keras' own call.
+differentiated one and makes the training step faster
+(bench/README.md#speed-against-earlier-code). Other settings (other axes, no
+scale or offset, `rms_scaling`) fall back to Keras' own call.
 """
 
 import keras

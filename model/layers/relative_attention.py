@@ -112,9 +112,9 @@ def rel_shift(x):
 def project_heads(x, kernel):
     """[B, L, D] x [D, N, H] -> [B, N, L, H], heads-major.
 
-    One 2-D matmul and a transpose: on this CPU 1.17x the speed of the
-    equivalent `einsum("bld,dnh->bnlh")` forward and backward (bench of the
-    adaptive-span preset's projections, one thread).
+    One 2-D matmul and a transpose: faster on CPU than the equivalent
+    `einsum("bld,dnh->bnlh")`, forward and backward
+    (docs/results/adaptive_span_fidelity.md#speed).
     """
     shape = tf.shape(x)
     num_heads, head_size = kernel.shape[1], kernel.shape[2]
@@ -357,8 +357,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         """
         # Heads-major [B, N, *, H] straight from the projections: the score
         # and context products are then batched matmuls over (B, N) with no
-        # transposes inside them (1.13x the speed of the layer, forward and
-        # backward, against [B, T, N, H] einsums at wt2_base sizes).
+        # transposes inside them, faster than [B, T, N, H] einsums
+        # (bench/README.md#speed-against-earlier-code).
         q = project_heads(query_input, self.query_kernel)  # [B, N, T, H]
         k = project_heads(kv_input, self.key_kernel)  # [B, N, K, H]
         v = project_heads(kv_input, self.value_kernel)  # [B, N, K, H]

@@ -21,8 +21,8 @@ project needs about it:
     color            its colour in the plots
 
 The registry order is the candidates' order in a stochastic block (the
-columns of its architecture logits): attention, dense, identity, as the
-checkpoints of earlier runs store them. Adding a block type is one
+columns of its architecture logits): attention, dense, identity, the order
+saved checkpoints hold the logits in. Adding a block type is one
 `register(BlockSpec(...))` (and its layer's module); the stochastic block,
 fixed architectures, FLOPs and parameter counts, derivation, plots and the
 search plug-in read the registry. A network keeps the candidates registered

@@ -31,9 +31,8 @@ PRESETS: dict[str, dict] = {
     # Cutoffs from the real counts of the default 12k sentencepiece build:
     #   python optimal_cuts.py --data_dir=data/wikitext2 --num_tails=2 \
     #       --d_model=128 --logit_cost=60 --min_head=1000
-    # (predicted 8.3x over a full softmax on this CPU's cost model).
-    # min_head=1000 keeps the frequent pieces (77% of tokens) at full width;
-    # without it the optimum shrinks the head to ~100 pieces.
+    # min_head=1000 keeps the frequent pieces at full width; without it the
+    # optimum shrinks the head (predicted speed-ups: bench/README.md#optimal-cutoffs).
     "wt2_base": dict(
         vocab_size=12000, d_model=128, num_heads=4, d_ffn=512, num_blocks=6, mem_len=16,
         dropout=0.1, cutoffs=(1000, 3845),

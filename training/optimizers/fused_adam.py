@@ -15,9 +15,8 @@ which is Keras' `Adam.update_step` term for term (t = iterations + 1), so the
 results agree to float rounding (tests/training/test_fused_adam.py). The
 slots, their names, checkpoints and everything else stay Keras' own; only
 the update of a dense (or densified) gradient changes. `amsgrad` falls back
-to Keras' update. On soft search's 99 wt2_base weights `apply` took 4.4 ms
-against Keras' 11.2 (a microbenchmark of `apply` alone; README "Speed
-against earlier code").
+to Keras' update. `apply` is faster than Keras' (a microbenchmark of `apply`
+alone: bench/README.md#speed-against-earlier-code).
 
 Importing this module loads Keras and TensorFlow; `training.optimizers`
 imports it only when it builds an optimizer.

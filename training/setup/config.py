@@ -212,7 +212,8 @@ class TrainConfig(ConfigBase):
                                    "(0: TensorFlow's default, one per usable core).")
     inter_op_threads: int = _field(0, "performance", "TensorFlow's threads running independent "
                                    "ops at once (0: TensorFlow's default). On a 2-core CPU "
-                                   "--intra_op_threads=1 --inter_op_threads=2 searched 1.14x "
+                                   "--intra_op_threads=1 --inter_op_threads=2 runs a "
+                                   "supernet's independent candidates two at once and searches "
                                    "faster than the default (bench/README.md#cpu-threads).")
     precision: str = _field("float32", "performance", "Keras dtype policy.", PRECISIONS)
     xla: bool = _field(False, "performance", "Compile the training and evaluation steps with "

@@ -276,8 +276,8 @@ def plot_arch_history(history, png_path, gif_path=None, *, dpi=100, frame_ms=200
         dpi: resolution of both images.
         frame_ms: display time per GIF frame; the last frame is held >= 2 s.
         max_frames: cap on GIF frames; longer histories are subsampled evenly,
-            keeping the first and last entries (a frame costs about 50 ms and
-            15 kB; None = no cap).
+            keeping the first and last entries (every frame adds rendering
+            time and file size; None = no cap).
         freezes: optional {block index: step} of frozen blocks, marked in
             their panels.
 

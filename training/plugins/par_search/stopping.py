@@ -1,13 +1,12 @@
 """When a PAR search has decided: the stability rule of `--stop_rule=stable`.
 
 The search's answer is the most probable candidate of every block. It can be
-read long before the probabilities saturate (docs/results/wt2_base_20ep: five
-of six blocks kept their most probable candidate from step 2,200 of 54,520),
-so the search may stop once that answer no longer moves. The rule looks at
-`SAMPLES + 1` samples of the probabilities softmax(alpha), one every
-`sample_interval(window)` steps after the architecture warm-up, spanning the
-last `--stop_window` steps (rounded down to a multiple of `SAMPLES`). A block
-is decided when, over those samples,
+read long before the probabilities saturate (docs/freezing.md,
+docs/results/par_pipeline.md), so the search may stop once that answer no
+longer moves. The rule looks at `SAMPLES + 1` samples of the probabilities
+softmax(alpha), one every `sample_interval(window)` steps after the
+architecture warm-up, spanning the last `--stop_window` steps (rounded down to
+a multiple of `SAMPLES`). A block is decided when, over those samples,
 
 - its most probable candidate is the same in every sample;
 - its lead (best probability minus the runner-up's) is at least
@@ -15,8 +14,8 @@ is decided when, over those samples,
   logits;
 - the guard against a late turn: the lead in the last sample is at most
   `--stop_tolerance` below the largest lead of the window. A runner-up that
-  gains on the best candidate within the window is how a turn starts (in the
-  20-epoch search block 3 turned from attention to dense at 19% of the run).
+  gains on the best candidate within the window is how a turn starts (a late
+  turn of the 20-epoch search: docs/freezing.md).
 
 The search is decided when every block is decided at the same sample.
 Nothing is decided before a whole window of samples after the warm-up
