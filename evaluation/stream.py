@@ -2,7 +2,7 @@
 
 Works through the language-model interface (model/interface.py) only: the
 state in, the state out, `token_nll`. An id stream (a split's, read back by
-`data_utils.read_stream`: its records row by row and the tail the records
+`read_stream`: its records row by row and the tail the records
 leave out; or a text file's) is scored in the segments of a plan
 (`segment_plan`), with batch size B and segment length T:
 
@@ -50,9 +50,9 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-import data_utils
 from evaluation.errors import EvaluationError
 from model.interface import check_model
+from pardata.records import batchify, make_dataset, read_stream
 from pardata.replicas import distribute_rows, last_row
 from pardata.text import Progress
 from runstore.metrics import NllAccumulator
@@ -98,7 +98,7 @@ class SegmentPlan:
 def segment_plan(ids, batch_size, seq_len):
     """The plan of a whole id stream: R segments of [B, T], then the tail (module docstring)."""
     ids = np.asarray(ids).reshape(-1).astype(np.int32)
-    rows, records, _ = data_utils.batchify(ids, batch_size, seq_len)  # [B, R*T + 1]
+    rows, records, _ = batchify(ids, batch_size, seq_len)  # [B, R*T + 1]
 
     def batched():
         for t in range(records):
@@ -114,7 +114,7 @@ def records_plan(batches, records, batch_size, seq_len):
 
     Args:
         batches: iterable of (inputs, targets) [B, T], e.g.
-            `data_utils.make_dataset(data_dir, split).take(records)`.
+            `make_dataset(data_dir, split).take(records)`.
         records: how many it yields.
     """
     return SegmentPlan(batch_size, seq_len, records, batches, np.zeros([0], np.int32))
@@ -124,7 +124,7 @@ def split_plan(data_dir, split, meta, max_records=0):
     """The plan of a build's split at its own batch size and the data's seq_len.
 
     The whole split (`max_records` 0 or at least the split's records): its
-    stream (`data_utils.read_stream`), so the build's records and then the
+    stream (`read_stream`), so the build's records and then the
     tail. Otherwise the first `max_records` records and no tail (a subset;
     the caller scales the split's words and bytes by the fraction of its
     transitions scored). A build made before the tails were stored cannot
@@ -142,9 +142,9 @@ def split_plan(data_dir, split, meta, max_records=0):
                         "--overwrite to score every transition", split, data_dir)
         whole, max_records = False, info["records"]
     if whole:
-        return segment_plan(data_utils.read_stream(data_dir, split, meta), batch_size,
+        return segment_plan(read_stream(data_dir, split, meta), batch_size,
                             seq_len), True
-    batches = data_utils.make_dataset(data_dir, split, meta=meta).take(max_records)
+    batches = make_dataset(data_dir, split, meta=meta).take(max_records)
     return records_plan(batches, max_records, batch_size, seq_len), False
 
 

@@ -21,9 +21,9 @@ the whole text is scored.
 import os
 import time
 
-import data_utils
 from evaluation.stream import StreamEvaluator, check_settings
 from model.families import family_of
+from pardata.meta import load_meta
 from runstore import run_dir
 from runstore.metrics import lm_metrics
 from serving.errors import EvaluationError
@@ -55,7 +55,7 @@ def evaluate_run(run, *, split=None, text_file=None, data_dir=None, seq_len=None
         seconds.
 
     Raises:
-        EvaluationError, data_utils.DataError: a problem the user can fix.
+        EvaluationError, DataError: a problem the user can fix.
     """
     if (split is None) == (text_file is None):
         raise EvaluationError("give one of --split or --text_file")
@@ -77,7 +77,7 @@ def evaluate_run(run, *, split=None, text_file=None, data_dir=None, seq_len=None
         ids, stats = text_file_ids(run.tokenizer, text_file)
         words, num_bytes = stats["words"], stats["bytes"]
         if batch_size is None:
-            meta = run.meta if run.meta is not None else data_utils.load_meta(run.data_dir)
+            meta = run.meta if run.meta is not None else load_meta(run.data_dir)
             batch_size = meta.get("eval_batch_size", meta["batch_size"])
         source = {"text_file": os.fspath(text_file)}
         label = f"evaluating {os.path.basename(text_file)}"

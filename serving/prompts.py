@@ -3,7 +3,7 @@ what follows it."""
 
 import dataclasses
 
-import data_utils
+from pardata.errors import DataError
 from serving.errors import GenerationError
 
 
@@ -64,7 +64,7 @@ def encode_prompt(tokenizer, text):
                 "non-empty --prompt or --prompt_file")
         if start:
             ids = tokenizer.encode("\n")
-    except (ValueError, RuntimeError, UnicodeError, data_utils.DataError) as error:
+    except (ValueError, RuntimeError, UnicodeError, DataError) as error:
         raise GenerationError(f"the {tokenizer.kind} tokenizer cannot encode the prompt: "
                               f"{error}") from None
     return Prompt(text, tuple(int(i) for i in ids), tuple(unknown), start)

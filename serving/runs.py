@@ -10,10 +10,11 @@ import os
 
 from absl import logging
 
-import data_utils
 from model.families import FAMILIES, build_model
 from model.interface import check_model
+from pardata.errors import DataError
 from pardata.meta import META_FILE
+from pardata.records import load_built
 from runstore import checkpoints, progress, run_dir
 from runstore.config import RunConfig
 from runstore.run_dir import CONFIG_FILE, DATA_DIR
@@ -166,8 +167,8 @@ def load_run(model_dir, checkpoint="best", model_overrides=None):
     _note_unfinished(model_dir, path)
     data_dir = _tokenizer_dir(model_dir, config)
     try:
-        meta, tokenizer = data_utils.load_built(data_dir)
-    except data_utils.DataError as error:
+        meta, tokenizer = load_built(data_dir)
+    except DataError as error:
         raise GenerationError(f"cannot load the tokenizer of {model_dir}: {error}") from None
     if tokenizer.vocab_size != config.model.vocab_size:
         raise GenerationError(

@@ -1,7 +1,7 @@
 """What an evaluation scores: the whole id stream of a split or of a text file.
 
 - a split of a run directory's build (`split_ids`: its records read back row
-  by row and the tail they leave out, `data_utils.read_stream`), after
+  by row and the tail they leave out, `read_stream`), after
   checking that the build has the run's tokenizer (`check_same_tokenizer`);
 - a split of a `.keras` package's dataset (`package_split_ids`): the raw text
   the project ships (or data/raw) tokenized with the package's tokenizer by the
@@ -15,11 +15,11 @@ import filecmp
 import os
 import tempfile
 
-import data_utils
 from pardata import downloads
 from pardata.build import SPLITS, encode_split
-from pardata.errors import NotUtf8Error
-from pardata.meta import split_info
+from pardata.errors import DataError, NotUtf8Error
+from pardata.meta import load_meta, split_info
+from pardata.records import read_stream
 from pardata.text import SplitSource
 from serving.errors import EvaluationError
 
@@ -55,7 +55,7 @@ def text_file_ids(tokenizer, path):
             f"--text_file={path} is not UTF-8 text (line {error.line}, byte {error.position}): "
             f"the run's {tokenizer.kind} tokenizer reads UTF-8; convert the file (e.g. iconv "
             f"-f latin1 -t utf-8 {path} > {path}.utf8)") from None
-    except data_utils.DataError as error:
+    except DataError as error:
         raise EvaluationError(f"--text_file={path}: {error}") from None
     if len(ids) < 2:
         raise EvaluationError(f"--text_file={path} is {len(ids)} token(s) for the run's "
@@ -68,7 +68,7 @@ def check_same_tokenizer(run, data_dir, meta):
     """Refuses a data directory whose tokenizer files differ from the run's."""
     if os.path.realpath(data_dir) == os.path.realpath(run.data_dir):
         return
-    own = data_utils.load_meta(run.data_dir)
+    own = load_meta(run.data_dir)
     problem = None
     if meta["tokenizer"].get("kind") != own["tokenizer"].get("kind") \
             or meta["vocab_size"] != own["vocab_size"]:
@@ -151,7 +151,7 @@ def split_ids(run, split, data_dir=None):
     For a `.keras` package (`run.package`), see `package_split_ids`.
 
     Raises:
-        EvaluationError / data_utils.DataError: unknown split, missing data,
+        EvaluationError / DataError: unknown split, missing data,
             a build without tail files (rebuild with --overwrite), another
             tokenizer.
     """
@@ -165,11 +165,11 @@ def split_ids(run, split, data_dir=None):
         return package_split_ids(run, split)
     data_dir = data_dir or run.config.data_dir
     try:
-        meta = data_utils.load_meta(data_dir)
-    except data_utils.DataError as error:
+        meta = load_meta(data_dir)
+    except DataError as error:
         raise EvaluationError(f"--split={split} reads the run's built data, --data_dir="
                               f"{data_dir} (default: data_dir of its config.json): {error}; "
                               "pass --data_dir=<the build> or --text_file") from None
     check_same_tokenizer(run, data_dir, meta)
     info = split_info(meta, split)
-    return data_utils.read_stream(data_dir, split, meta), info
+    return read_stream(data_dir, split, meta), info

@@ -11,7 +11,7 @@ plug-in's trace key change makes it again).
 
 import tensorflow as tf
 
-import data_utils
+from pardata.records import make_dataset
 from samplers.sampler import sample_tokens
 
 
@@ -59,7 +59,7 @@ class TextSampler:
         if self.tokenizer is None or num_tokens <= 0 or isinstance(
                 self.strategy, tf.distribute.TPUStrategy):  # runs outside strategy.run
             return ""
-        dataset = data_utils.make_dataset(self.config.data_dir, "valid", meta=self.meta)
+        dataset = make_dataset(self.config.data_dir, "valid", meta=self.meta)
         prompt = next(iter(dataset))[0][:1]  # [1, T]
         model_state = self.model.initial_state(1, self.mem_len)
         token, generated = prompt, []

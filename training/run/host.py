@@ -20,7 +20,7 @@ import time
 from absl import logging
 import tensorflow as tf
 
-import data_utils
+from pardata.records import make_dataset
 from pardata.yardsticks import yardsticks
 from runstore import metrics, run_dir
 from training.report import eta
@@ -116,7 +116,7 @@ class RunLoop:
                              "takes longer: tens of seconds on a CPU)", self.step + 1)
             position = int(state.data_position.numpy())
             if iterator is None:
-                iterator = iter(data_utils.make_dataset(
+                iterator = iter(make_dataset(
                     config.data_dir, "train", meta=trainer.meta, skip_records=position))
             inputs, targets = next(iterator)
             out = self._train_step(inputs, targets)

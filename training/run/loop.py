@@ -34,7 +34,9 @@ from absl import logging
 import keras
 import tensorflow as tf
 
-import data_utils
+from pardata.errors import DataError
+from pardata.meta import verify_built
+from pardata.records import load_built, unigram_counts
 from runstore import checkpoints, run_dir, run_lock
 from training.report.log import read_training_log
 from training.report.summary import default_logdir, format_duration
@@ -145,14 +147,14 @@ def _train_one(config, callbacks, strategy, overwrite, stop):
     if config.deterministic:
         tf.config.experimental.enable_op_determinism()
     try:
-        meta, tokenizer = data_utils.load_built(config.data_dir)
-        data_utils.verify_built(config.data_dir, meta)  # every shard, before step 1
-    except data_utils.DataError as error:
+        meta, tokenizer = load_built(config.data_dir)
+        verify_built(config.data_dir, meta)  # every shard, before step 1
+    except DataError as error:
         raise ConfigError(f"--data_dir={config.data_dir}: {error}") from None
     check_data(config, meta)
     check_replicas(config, meta, strategy.num_replicas_in_sync)
     callbacks = [*callbacks, collapse.CollapseGuard.for_run(
-        config, data_utils.unigram_counts(config.data_dir, meta))]
+        config, unigram_counts(config.data_dir, meta))]
     chief = strategy_lib.is_chief(strategy)
     # One training process per run directory (only the chief writes there).
     with run_lock.RunLock(config.model_dir) if chief else contextlib.nullcontext():

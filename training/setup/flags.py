@@ -17,6 +17,7 @@ import os
 from absl import flags, logging
 
 from model.config_base import cutoffs_problem
+from pardata.meta import load_meta
 from training import plugins
 from training.setup import checks as config_checks
 from training.setup import config as c
@@ -288,10 +289,10 @@ def _family_flag(flag, value, fields, preset):
 
 
 def _auto_cutoffs(fv, meta, family, model, proj_dims):
-    import data_utils
     from pardata.cutoffs import optimal_cutoffs
+    from pardata.records import unigram_counts
 
-    counts = data_utils.unigram_counts(fv.data_dir, meta)
+    counts = unigram_counts(fv.data_dir, meta)
     # The head must leave at least one id for each tail.
     min_head = max(1, min(fv.cutoff_min_head, len(counts) - fv.num_tails))
     result = optimal_cutoffs(counts, fv.num_tails, family.softmax_width(model),
@@ -310,9 +311,8 @@ def config_from_flags(fv):
         (TrainConfig, overwrite).
 
     Raises:
-        ConfigError / data_utils.DataError: with a message naming the flag.
+        ConfigError / pardata.errors.DataError: with a message naming the flag.
     """
-    import data_utils
 
     if not fv.data_dir:
         raise ConfigError("--data_dir is required: the directory build_data.py wrote")
@@ -322,7 +322,7 @@ def config_from_flags(fv):
         raise ConfigError(f"--data_dir={fv.data_dir} is a file, not a data directory: give the "
                           "directory ./create_tfrecords.sh or build_data.py wrote, the one "
                           "holding meta.json (e.g. data/wikitext2)")
-    meta = data_utils.load_meta(fv.data_dir)
+    meta = load_meta(fv.data_dir)
     recipe = recipe_values(fv)
     family, preset, model = _model_config(fv, meta, recipe)
     values = {name: fv[name].value for name in _DEFAULTS if name in fv}
