@@ -18,6 +18,8 @@ import subprocess
 import sys
 import time
 
+from runstore import run_dir
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Where ./create_tfrecords.sh unpacks WikiText-2 (from the copy in datasets/).
 WIKITEXT2_DIR = ROOT / "data" / "raw" / "wikitext-2"
@@ -230,17 +232,13 @@ def read_json(path):
 
 def write_json(path, value):
     """Writes `value` as indented JSON atomically (parents created): the text goes to a
-    temporary file beside `path`, renamed over it when complete, so a reader or a failure
-    never sees half a file. Returns the Path."""
+    temporary file beside `path`, renamed over it when complete (`run_dir.atomic_write`),
+    so a reader or a failure never sees half a file; a failed write raises
+    `run_dir.WriteError` and leaves the old file. Returns the Path."""
     path = pathlib.Path(path)
     text = json.dumps(value, indent=2) + "\n"  # an unserialisable value fails before any write
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    run_dir.atomic_write(path, text)
     return path
 
 

@@ -535,9 +535,8 @@ def plot_pareto(rows, reference_tokens_per_sec, path, title, dpi=120):
     ax.grid(alpha=0.3)
     ax.legend(loc="best", frameon=False, fontsize=9)
     fig.tight_layout()
-    partial = str(path) + ".partial.png"
-    fig.savefig(partial, dpi=dpi)
-    os.replace(partial, path)
+    with names.atomic_output(path, suffix=".png") as partial:  # savefig wants the suffix
+        fig.savefig(partial, dpi=dpi)
 
 
 # ---------------------------------------------------------------------- main

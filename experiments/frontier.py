@@ -405,6 +405,8 @@ def plot_frontier(stats, path, title, dpi=120):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
+    from runstore import run_dir
+
     fig = Figure(figsize=(8, 5), dpi=dpi)
     FigureCanvasAgg(fig)
     ax = fig.subplots()
@@ -431,9 +433,8 @@ def plot_frontier(stats, path, title, dpi=120):
     ax.grid(alpha=0.3)
     ax.legend(loc="best", frameon=False, fontsize=8)
     fig.tight_layout()
-    partial = str(path) + ".partial.png"
-    fig.savefig(partial, dpi=dpi)
-    os.replace(partial, path)
+    with run_dir.atomic_output(path, suffix=".png") as partial:  # savefig wants the suffix
+        fig.savefig(partial, dpi=dpi)
 
 
 # ------------------------------------------------------------ measurement

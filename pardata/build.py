@@ -47,8 +47,11 @@ DATASET_DEFAULTS = {
     "text8": dict(tokenizer="byte", batch_size=22, eval_batch_size=10, seq_len=512, shards=4),
     "text": dict(tokenizer="word", batch_size=32, eval_batch_size=32, seq_len=32, shards=1),
 }
-_OUR_FILES = re.compile(r"^((train|valid|test)-(\d{5}-of-\d{5}\.tfrecord|tail\.txt)|meta\.json|"
-                        r"unigram_counts\.txt|tokenizer-[\w.-]+)(\.tmp|\.part-\d+)?$")
+_BUILD_FILE = (r"((train|valid|test)-(\d{5}-of-\d{5}\.tfrecord|tail\.txt)|meta\.json|"
+               r"unigram_counts\.txt|tokenizer-[\w.-]+)")
+# A build's files, and the temporaries a killed build left: run_dir.atomic_output's
+# (.<file>.tmp-<pid>-<hex>) and those of older versions (<file>.tmp, <file>.part-<pid>).
+_OUR_FILES = re.compile(rf"^({_BUILD_FILE}(\.tmp|\.part-\d+)?|\.{_BUILD_FILE}\.tmp-\d+-[0-9a-f]+)$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -415,6 +418,9 @@ def build_dataset(config: BuildConfig, *, sources=downloads.SOURCES) -> dict:
             if os.path.exists(path):
                 os.remove(path)
         run_dir.remove_empty_directories(output_dir, made_below)
+        if isinstance(error, run_dir.WriteError):  # a file of records (atomic_output)
+            raise _write_error(error.reason, os.path.abspath(error.path), output_dir,
+                               "the partial build was removed") from None
         if isinstance(error, (OSError, records.tf.errors.OpError)):  # full, read-only, ...
             path = getattr(error, "filename", None) or (created[-1] if created else output_dir)
             raise _write_error(error, os.path.abspath(path), output_dir,

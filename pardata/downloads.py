@@ -138,39 +138,30 @@ def checksum_ok(path: str, expected: str) -> tuple[bool, str]:
 def download(urls, dest: str, checksum: str, timeout: float = 60.0) -> None:
     """Downloads the first URL that works into `dest`, verifying the checksum.
 
-    The file is written under a temporary name and renamed when verified; a
-    corrupt download is removed and the next mirror tried.
+    The file is written under a temporary name and renamed when verified
+    (`run_dir.atomic_output`); a corrupt download is removed and the next
+    mirror tried.
 
     Raises:
         DataError: no URL worked (names every URL and error, and how to place
-            the file by hand) or every download failed the checksum.
+            the file by hand), every download failed the checksum, or `dest`
+            cannot be written.
     """
-    temp = f"{dest}.part-{os.getpid()}"
-    try:
-        os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
-        open(temp, "wb").close()
-    except OSError as e:
-        raise _raw_write_error(e, dest) from None
+    _make_dir(os.path.dirname(dest) or ".", dest)
+    problem = run_dir.unwritable(dest)  # read-only, no permission: before the network
+    if problem:
+        raise _raw_write_error(problem, dest)
     failures = []
     for url in urls:
         logging.info("downloading %s -> %s", url, dest)
         try:
-            _fetch(url, temp, timeout)
-        except (urllib.error.URLError, OSError, ValueError) as e:
-            reason = getattr(e, "reason", None) or e
-            failures.append(f"{url}: {reason}")
-            _remove(temp)
-            continue
-        except BaseException:
-            _remove(temp)
-            raise
-        ok, actual = checksum_ok(temp, checksum)
-        if ok:
-            os.replace(temp, dest)
+            with run_dir.atomic_output(dest) as temp:
+                _fetch_verified(url, temp, checksum, timeout)
             return
-        _remove(temp)
-        failures.append(f"{url}: checksum mismatch (got {actual}, expected {checksum}); "
-                        "the corrupt file was removed")
+        except _Failed as failure:
+            failures.append(f"{url}: {failure}")
+        except run_dir.WriteError as e:
+            raise _raw_write_error(e, dest) from None
     if all("checksum mismatch" not in f for f in failures):
         raise DataError(
             f"could not download {os.path.basename(dest)} (no network?): "
@@ -178,6 +169,22 @@ def download(urls, dest: str, checksum: str, timeout: float = 60.0) -> None:
             + f". Download it by hand from {urls[0]} and put it at {dest}, then rerun.")
     raise DataError(f"download of {os.path.basename(dest)} failed verification: "
                     + "; ".join(failures))
+
+
+class _Failed(Exception):
+    """A download that did not work (network, server, checksum): the next mirror is tried."""
+
+
+def _fetch_verified(url: str, temp: str, checksum: str, timeout: float) -> None:
+    """`url` into `temp`, checked against `checksum`; raises _Failed saying why not."""
+    try:
+        _fetch(url, temp, timeout)
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        raise _Failed(getattr(e, "reason", None) or e) from None
+    ok, actual = checksum_ok(temp, checksum)
+    if not ok:
+        raise _Failed(f"checksum mismatch (got {actual}, expected {checksum}); "
+                      "the corrupt file was removed")
 
 
 def _fetch(url: str, temp: str, timeout: float) -> None:
@@ -196,32 +203,26 @@ def _fetch(url: str, temp: str, timeout: float) -> None:
             raise OSError(f"connection closed after {done} of {total} bytes")
 
 
-def _remove(path: str) -> None:
-    try:
-        os.remove(path)
-    except FileNotFoundError:
-        pass
-
-
 def _unpack(open_source, dest: str, checksum: str, what: str, fix: str) -> None:
     """Copies the stream `open_source()` gives into `dest`, atomically and checked.
 
-    The bytes go to a temporary name that is renamed to `dest` only once the
-    checksum matches; on any failure it is removed, so `dest` is either
-    absent or complete.
+    The bytes go to a temporary name (`run_dir.atomic_output`) that is renamed
+    to `dest` only once the checksum matches; on any failure it is removed, so
+    `dest` is either absent or complete. An error opening the source passes
+    through; an OSError while copying or renaming is the DataError of a raw
+    file that cannot be written.
     """
-    temp = f"{dest}.part-{os.getpid()}"
-    try:
-        with open_source() as src, open(temp, "wb") as out:
-            for block in iter(lambda: src.read(1 << 22), b""):
-                out.write(block)
-        ok, actual = checksum_ok(temp, checksum)
-        if not ok:
-            raise DataError(f"{what} has {actual}, expected {checksum}; {fix}")
-    except BaseException:
-        _remove(temp)
-        raise
-    os.replace(temp, dest)
+    with open_source() as src:
+        try:
+            with run_dir.atomic_output(dest) as temp:
+                with open(temp, "wb") as out:
+                    for block in iter(lambda: src.read(1 << 22), b""):
+                        out.write(block)
+                ok, actual = checksum_ok(temp, checksum)
+                if not ok:
+                    raise DataError(f"{what} has {actual}, expected {checksum}; {fix}")
+        except run_dir.WriteError as e:
+            raise _raw_write_error(e, dest) from None
 
 
 @contextlib.contextmanager
@@ -353,15 +354,20 @@ def ensure_raw_files(dataset: str, data_dir: str, *, download_missing: bool = Tr
             for split, (f, start, stop) in spec.splits.items()}
 
 
-def _make_dir(directory: str) -> None:
+def _make_dir(directory: str, named: str | None = None) -> None:
+    """Creates `directory`; a DataError naming `named` (default: the directory) if it
+    cannot be."""
     try:
         os.makedirs(directory, exist_ok=True)
     except OSError as e:
-        raise _raw_write_error(e, directory) from None
+        raise _raw_write_error(e, named or directory) from None
 
 
-def _raw_write_error(error: OSError, path: str) -> DataError:
-    """A raw file (or its directory) that cannot be written: the path, cause and fix."""
+def _raw_write_error(error, path: str) -> DataError:
+    """A raw file (or its directory) that cannot be written (an OSError, or a
+    `run_dir.WriteError`): the path, cause and fix."""
+    if isinstance(error, run_dir.WriteError):
+        error = error.reason
     cause, fix = run_dir.reason_and_fix(error, path)
     return DataError(f"cannot write {os.path.abspath(path)} (the raw files: DATA_DIR or "
                      f"--data_dir): {cause}; {fix}")

@@ -42,6 +42,7 @@ from pardata.meta import (  # noqa: F401
     verify_built,
 )
 from pardata.text import Progress
+from runstore import run_dir
 
 # meta.json reading and the shard checks live in pardata.meta (no TensorFlow)
 # and are re-exported above, where they have always been importable from.
@@ -94,7 +95,9 @@ def write_split(directory: str, split: str, rows: np.ndarray, records: int, seq_
                 shards: int, created: list) -> dict:
     """Writes the records of one split in time order into shard files.
 
-    Each shard is written under a temporary name and renamed when complete.
+    Each shard is written under a temporary name and renamed when complete
+    (`run_dir.atomic_output`: a failed write removes its temporary and raises
+    `run_dir.WriteError`, or the TensorFlow error of the writer).
 
     Args:
         directory: output directory.
@@ -103,7 +106,8 @@ def write_split(directory: str, split: str, rows: np.ndarray, records: int, seq_
         records: R >= 1.
         seq_len: T.
         shards: wanted number of files (at most R are written).
-        created: every path this call creates is appended (for cleanup).
+        created: the path of every file it writes is appended before the file can
+            exist (for cleanup; a failed write removes its own temporary).
 
     Returns:
         The shard part of meta["splits"][split].
@@ -116,17 +120,15 @@ def write_split(directory: str, split: str, rows: np.ndarray, records: int, seq_
     for i, size in enumerate(sizes):
         name = shard_name(split, i, count)
         final = os.path.join(directory, name)
-        temp = final + ".tmp"
-        created.append(temp)
-        with tf.io.TFRecordWriter(temp) as writer:
-            for _ in range(size):
-                writer.write(serialize_record(rows[:, t * seq_len:(t + 1) * seq_len + 1]))
-                t += 1
-                progress.update(t)
-        info["shard_bytes"].append(os.path.getsize(temp))
-        info["shard_sha256"].append(file_sha256(temp))
         created.append(final)
-        os.replace(temp, final)
+        with run_dir.atomic_output(final) as temp:
+            with tf.io.TFRecordWriter(temp) as writer:
+                for _ in range(size):
+                    writer.write(serialize_record(rows[:, t * seq_len:(t + 1) * seq_len + 1]))
+                    t += 1
+                    progress.update(t)
+            info["shard_bytes"].append(os.path.getsize(temp))
+            info["shard_sha256"].append(file_sha256(temp))
         info["shards"].append(name)
     progress.finish(f"{records} records in {count} shard(s)")
     return info
@@ -135,27 +137,27 @@ def write_split(directory: str, split: str, rows: np.ndarray, records: int, seq_
 def write_tail(directory: str, split: str, tail: np.ndarray, created: list) -> dict:
     """Writes the ids after the last record of a split, one per line (maybe none).
 
-    Written under a temporary name and renamed when complete.
+    Written under a temporary name and renamed when complete
+    (`run_dir.atomic_output`; a failed write raises `run_dir.WriteError`).
 
     Args:
         directory: output directory.
         split: split name.
         tail: int array [dropped_ids], the stream after the kept prefix.
-        created: every path this call creates is appended (for cleanup).
+        created: the path of every file it writes is appended before the file can
+            exist (for cleanup; a failed write removes its own temporary).
 
     Returns:
         The tail part of meta["splits"][split] (tail_file, tail_bytes, tail_sha256).
     """
     name = tail_name(split)
     final = os.path.join(directory, name)
-    temp = final + ".tmp"
-    created.append(temp)
-    with open(temp, "w", encoding="ascii") as f:
-        f.write("".join(f"{int(i)}\n" for i in tail))
-    info = {"tail_file": name, "tail_bytes": os.path.getsize(temp),
-            "tail_sha256": file_sha256(temp)}
     created.append(final)
-    os.replace(temp, final)
+    with run_dir.atomic_output(final) as temp:
+        with open(temp, "w", encoding="ascii") as f:
+            f.write("".join(f"{int(i)}\n" for i in tail))
+        info = {"tail_file": name, "tail_bytes": os.path.getsize(temp),
+                "tail_sha256": file_sha256(temp)}
     return info
 
 
@@ -232,14 +234,12 @@ def read_stream(data_dir: str, split: str, meta: dict | None = None,
 
 
 def write_json(path: str, obj: dict, created: list) -> None:
-    """Writes JSON atomically (temporary name, then rename)."""
-    temp = path + ".tmp"
-    created.append(temp)
-    with open(temp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=1, ensure_ascii=False)
-        f.write("\n")
+    """Writes JSON atomically (`run_dir.atomic_output`: temporary name, then rename)."""
     created.append(path)
-    os.replace(temp, path)
+    with run_dir.atomic_output(path) as temp:
+        with open(temp, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=1, ensure_ascii=False)
+            f.write("\n")
 
 
 def load_tokenizer(data_dir: str, meta: dict | None = None) -> tokenizers.Tokenizer:

@@ -143,15 +143,11 @@ def export_keras(run, path, overwrite=False, dtype="float32"):
     if dtype not in DTYPES:
         raise ExportError(f"dtype={dtype!r} must be one of {', '.join(DTYPES)}")
     _remove_stale_temporaries(path)
-    tmp = _temporary_name(path) + ".keras"
     try:
-        package_run(run, dtype=dtype).save(tmp)
-        os.replace(tmp, path)
-    except (OSError, tf.errors.OpError) as error:
+        with run_dir.atomic_output(path, suffix=".keras") as tmp:  # Keras wants the suffix
+            package_run(run, dtype=dtype).save(tmp)
+    except (run_dir.WriteError, tf.errors.OpError) as error:
         raise _write_error(path, error) from None
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
     return path
 
 
@@ -163,6 +159,9 @@ class _Untracked:
 
 
 def _write_error(path, error):
+    """The ExportError of a failed write (a `run_dir.WriteError` or a TensorFlow error)."""
+    if isinstance(error, run_dir.WriteError):
+        error = error.reason
     cause, fix = run_dir.reason_and_fix(error, path)
     return ExportError(f"cannot write {os.path.abspath(path)}: {cause}; nothing was written "
                        f"(the temporary files are removed): {fix}, then export again")
@@ -370,25 +369,23 @@ def export_saved_model(run, path, mem_len=None, overwrite=False):
     if mem_len < 0:
         raise ExportError(f"mem_len={mem_len} must be >= 0")
     _remove_stale_temporaries(path)
-    tmp = _temporary_name(path)
+    tmp = None
     try:
-        with tempfile.TemporaryDirectory() as assets:
-            module = ServingModule(run.model, mem_len, run.tokenizer, run.config.seq_len, assets)
-            tf.saved_model.save(module, tmp, signatures=module.signatures())
-        _write_tokenizer(run, os.path.join(tmp, TOKENIZER_DIR))
-        if os.path.exists(path):
-            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
-        os.replace(tmp, path)
-    except (OSError, tf.errors.OpError) as error:
+        # A directory at the temporary path: renamed like a file, if `path` is absent then.
+        with run_dir.atomic_output(path) as tmp:
+            with tempfile.TemporaryDirectory() as assets:
+                module = ServingModule(run.model, mem_len, run.tokenizer, run.config.seq_len,
+                                       assets)
+                tf.saved_model.save(module, tmp, signatures=module.signatures())
+            _write_tokenizer(run, os.path.join(tmp, TOKENIZER_DIR))
+            if os.path.exists(path):  # the old output goes only once the new one is whole
+                shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    except (run_dir.WriteError, tf.errors.OpError) as error:
         raise _write_error(path, error) from None
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:  # atomic_output removes a file, not a directory
+            shutil.rmtree(tmp, ignore_errors=True)
     return path
-
-
-def _temporary_name(path):
-    """A fresh hidden name next to `path` (same file system, so renaming is atomic)."""
-    return run_dir.temporary_name(path)
 
 
 def _remove_stale_temporaries(path):

@@ -1,6 +1,7 @@
 """Building datasets: bad input, atomic output, the CLI and create_tfrecords.sh."""
 
 import collections
+import errno
 import os
 import re
 import subprocess
@@ -173,6 +174,47 @@ def test_failed_build_leaves_nothing(tmp_path, monkeypatch, error):
     with pytest.raises(error):
         data_utils.build_dataset(_config(tmp_path, seq_len=3, overwrite=True))
     assert _listing(tmp_path / "out") == ["notes.txt"]
+
+
+@pytest.mark.parametrize("failing", ["shard", "meta"])
+def test_a_failed_write_is_one_line_and_leaves_no_temporary(tmp_path, monkeypatch, failing):
+    out = tmp_path / "out"
+    if failing == "shard":  # the disk fills while the training shard is written
+        def full(ids):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        monkeypatch.setattr(records, "serialize_record", full)
+        name = "train-00000-of-00001.tfrecord"
+    else:  # the last rename fails
+        real = os.replace
+
+        def replace(src, dst):
+            if str(dst).endswith("meta.json"):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), src)
+            return real(src, dst)
+
+        monkeypatch.setattr(os, "replace", replace)
+        name = "meta.json"
+    with pytest.raises(DataError) as caught:
+        data_utils.build_dataset(_config(tmp_path))
+    assert str(caught.value) == (
+        f"cannot write {out}/{name} (in --output_dir={out}): No space left on device (ENOSPC); "
+        "free some space; the partial build was removed")
+    assert not out.exists()  # no file, no temporary, and not the directory it made
+
+
+def test_a_build_removes_the_temporaries_a_killed_build_left(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    left = [".train-00000-of-00001.tfrecord.tmp-4194304-0a1b2c3d",
+            ".meta.json.tmp-4194304-0a1b2c3d", "valid-tail.txt.tmp"]
+    for name in left + [".notes.txt.tmp-4194304-0a1b2c3d", "notes.txt"]:
+        (out / name).write_text("x")
+    data_utils.build_dataset(_config(tmp_path))
+    names = _listing(out)
+    assert not set(left) & set(names)
+    assert [n for n in names if "notes" in n or n.startswith(".")] == [
+        ".notes.txt.tmp-4194304-0a1b2c3d", "notes.txt"]  # not the build's: left alone
 
 
 def _run(args, cwd, env=None):

@@ -24,12 +24,13 @@ output is written to a temporary file and renamed, so it is never half-written.
 import argparse
 import io
 import math
-import os
 import re
 import sys
 
 import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2 as model_pb2
+
+from runstore import run_dir
 
 NORMALIZATIONS = ("identity", "nfkc", "nfkc_cf", "nmt_nfkc", "nmt_nfkc_cf")
 _TYPES = model_pb2.ModelProto.SentencePiece
@@ -168,15 +169,10 @@ def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         data, sp = build_model(read_vocab(args.vocab), args)
-        tmp = f"{args.out}.tmp"
         try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, args.out)
-        except OSError as e:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-            raise VocabError(f"cannot write --out={args.out}: {e.strerror}") from None
+            run_dir.atomic_write(args.out, data)
+        except run_dir.WriteError as e:
+            raise VocabError(f"cannot write --out={args.out}: {e.reason}") from None
     except VocabError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

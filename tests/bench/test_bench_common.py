@@ -6,6 +6,7 @@ import os
 import pytest
 
 from bench import common
+from runstore import run_dir
 
 
 def fake_clock(*readings):
@@ -118,7 +119,7 @@ def test_a_failed_rename_leaves_the_old_file_and_no_temporary(tmp_path, monkeypa
         raise OSError("disk gone")
 
     monkeypatch.setattr(os, "replace", fail)
-    with pytest.raises(OSError, match="disk gone"):
+    with pytest.raises(run_dir.WriteError, match=f"cannot write {out}: disk gone"):
         common.write_json(out, {"a": 2})
     assert common.read_json(out) == {"a": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
@@ -174,6 +175,7 @@ def test_argument_helpers(capsys):
 CHILD = """
 import sys
 from bench import common
+from runstore import run_dir
 
 print("noise before the result")
 if sys.argv[1:] == ["fail"]:

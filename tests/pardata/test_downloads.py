@@ -1,6 +1,7 @@
 """Downloads of named datasets, served by a local HTTP server (no network)."""
 
 import dataclasses
+import errno
 import functools
 import hashlib
 import http.server
@@ -73,7 +74,8 @@ def _wikitext_like(served, base, urls=None, corrupt_checksum=False):
 
 
 def _leftovers(directory):
-    return [f for _, _, fs in os.walk(directory) for f in fs if ".part-" in f]
+    """Temporaries (run_dir.atomic_output's, and the `.part-<pid>` of older versions)."""
+    return [f for _, _, fs in os.walk(directory) for f in fs if ".part-" in f or ".tmp-" in f]
 
 
 def test_download_extract_reuse(tmp_path, server):
@@ -101,6 +103,39 @@ def test_checksum_mismatch_removes_download(tmp_path, server):
     with pytest.raises(DataError, match="failed verification: .*checksum mismatch .*removed"):
         ensure_raw_files("wikitext2", str(raw), sources=sources)
     assert not (raw / "wikitext-2-v1.zip").exists() and _leftovers(raw) == []
+
+
+def test_a_download_that_cannot_be_written_is_refused_before_the_network(
+        tmp_path, server, monkeypatch):
+    served, base, requests = server
+    sources = _wikitext_like(served, base)
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    monkeypatch.setattr(os, "access", lambda path, mode: False)  # no permission (even root)
+    with pytest.raises(DataError) as e:
+        ensure_raw_files("wikitext2", str(raw), sources=sources)
+    assert str(e.value) == (
+        f"cannot write {raw / 'wikitext-2-v1.zip'} (the raw files: DATA_DIR or --data_dir): "
+        f"Permission denied (EACCES); choose a place you can write, or fix the permissions of "
+        f"{raw}")
+    assert requests == [] and os.listdir(raw) == []
+
+
+def test_a_failed_rename_leaves_neither_the_download_nor_a_temporary(
+        tmp_path, server, monkeypatch):
+    served, base, _ = server
+    sources = _wikitext_like(served, base)
+    raw = tmp_path / "raw"
+
+    def replace(src, dst):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(DataError, match=r"cannot write .*wikitext-2-v1\.zip \(the raw files: "
+                                        r"DATA_DIR or --data_dir\): No space left on device "
+                                        r"\(ENOSPC\); free some space$"):
+        ensure_raw_files("wikitext2", str(raw), sources=sources)
+    assert os.listdir(raw) == []
 
 
 def test_no_network(tmp_path):

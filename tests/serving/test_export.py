@@ -6,9 +6,11 @@ for the .keras file; the outputs are compared here with the in-memory model's.
 tests/serving/test_self_contained.py checks the text-in/text-out side.
 """
 
+import errno
 import os
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -175,3 +177,93 @@ def test_sha_rnn_exports_reload_in_a_clean_process_with_equal_outputs(sha_rnn_ru
     assert out["saved_new_state_memory_4"].shape == (2, 6, d)
     assert out["saved_new_state_empty_4"].shape == (2, 5, d)
     assert out["saved_new_state_memory_0"].shape == (2, d)
+
+
+# ---------------------------------------------- the writes, with the model faked
+
+_FULL = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+_DEAD = ".tmp-4194304-0a1b2c3d"  # a temporary of a process that cannot be alive (> pid_max)
+
+
+def _full_disk_message(path):
+    return (f"cannot write {path}: No space left on device (ENOSPC); nothing was written (the "
+            "temporary files are removed): free some space, then export again")
+
+
+@pytest.fixture
+def fake_saved_model(monkeypatch):
+    """A run whose SavedModel export writes `saved_model.pb` and the tokenizer directory
+    without a model; `fail(error)` makes the tokenizer step raise."""
+    import tensorflow as tf
+
+    from serving import export
+
+    failure = []
+
+    def save(module, path, signatures=None):
+        os.makedirs(path)
+        with open(os.path.join(path, "saved_model.pb"), "w") as f:
+            f.write("new")
+
+    def write_tokenizer(run, target):
+        if failure:
+            raise failure[0]
+        os.makedirs(target)
+
+    monkeypatch.setattr(export, "ServingModule",
+                        lambda *args: types.SimpleNamespace(signatures=dict))
+    monkeypatch.setattr(tf.saved_model, "save", save)
+    monkeypatch.setattr(export, "_write_tokenizer", write_tokenizer)
+    run = types.SimpleNamespace(default_mem_len=4, model=None, tokenizer=None,
+                                config=types.SimpleNamespace(seq_len=8))
+    return run, failure.append
+
+
+def test_a_saved_model_replaces_an_existing_directory_and_stale_temporaries(
+        fake_saved_model, tmp_path):
+    from serving import export
+
+    run, _ = fake_saved_model
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    (saved / "old.txt").write_text("old")
+    (tmp_path / f".saved{_DEAD}").mkdir()  # an export killed mid-write
+    assert export.export_saved_model(run, saved, overwrite=True) == str(saved)
+    assert os.listdir(tmp_path) == ["saved"]
+    assert sorted(os.listdir(saved)) == ["saved_model.pb", "tokenizer"]
+
+
+def test_a_failed_saved_model_keeps_the_old_directory_and_leaves_no_temporary(
+        fake_saved_model, tmp_path):
+    from serving import export
+
+    run, fail = fake_saved_model
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    (saved / "old.txt").write_text("old")
+    fail(_FULL)
+    with pytest.raises(export.ExportError) as caught:
+        export.export_saved_model(run, saved, overwrite=True)
+    assert str(caught.value) == _full_disk_message(saved)
+    assert os.listdir(tmp_path) == ["saved"] and os.listdir(saved) == ["old.txt"]
+
+
+def test_a_failed_keras_export_leaves_no_temporary(monkeypatch, tmp_path):
+    from serving import export
+    import serving.packaged
+
+    def package_run(run, dtype):
+        def save(path):
+            assert path.endswith(".keras")  # Keras chooses the format by the ending
+            with open(path, "w") as f:
+                f.write("half")
+            raise _FULL
+
+        return types.SimpleNamespace(save=save)
+
+    monkeypatch.setattr(serving.packaged, "package_run", package_run)
+    (tmp_path / f".lm.keras{_DEAD}.keras").write_text("left by a killed export")
+    with pytest.raises(export.ExportError) as caught:
+        export.export_keras(None, tmp_path / "lm.keras")
+    assert str(caught.value) == _full_disk_message(tmp_path / "lm.keras")
+    assert os.listdir(tmp_path) == []
