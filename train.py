@@ -30,43 +30,82 @@ from absl import app, flags, logging
 import pardata.quiet  # noqa: F401  (TensorFlow start-up noise; before TF is imported)
 from training.setup import flags as training_flags
 from training.setup.config import ConfigError
+from training.setup.finished import finished_command
 from training.setup.flags import config_from_flags, config_summary, define_flags
 
 
 def main(argv):
-    """Exit status: 0 done, 1 an error the user can fix (one `error: ...` line),
-    130/143 interrupted by SIGINT/SIGTERM after writing a checkpoint (one
+    """Exit status: 0 done (or done earlier), 1 an error the user can fix (one `error: ...`
+    line), 130/143 interrupted by SIGINT/SIGTERM after writing a checkpoint (one
     `interrupted at step N: ...` line; docs/faults.md)."""
-    import data_utils
+    from pardata.errors import DataError
     from runstore.run_dir import WriteError
-    from training.report.summary import closing_summary, run_summary
-    from training.run.loop import NonFiniteError, TrainingInterrupted, train
+    from serving.errors import GenerationError
 
     if len(argv) > 1:
         print(f"error: unexpected arguments {argv[1:]}; all options are --flags",
               file=sys.stderr)
         return 1
+    try:
+        config, overwrite = config_from_flags(flags.FLAGS)  # no TensorFlow yet
+        done = finished_command(config, overwrite)
+        if done is not None:
+            return _finished_earlier(config, *done, flags.FLAGS.export)
+    except ExportInterrupted as stop:
+        print(stop, file=sys.stderr)
+        return stop.exit_code
+    except (ConfigError, DataError, WriteError, GenerationError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return _train(config, overwrite)
+
+
+def _train(config, overwrite):
+    """Trains (or resumes) the command's runs, exports, prints the summary; exit status."""
+    from pardata.errors import DataError
+    from runstore.run_dir import WriteError
     from serving.errors import GenerationError
+    from training.report.summary import closing_summary, run_summary
+    from training.run.loop import NonFiniteError, TrainingInterrupted, train
 
     try:
-        config, overwrite = config_from_flags(flags.FLAGS)
         export_path = _check_export(flags.FLAGS.export, overwrite)
         _check_logdir(config)
         logging.info("%s", config_summary(config))
         _log_plan(config, export_path)
         results = train(config, overwrite=overwrite)
-        exported = _export(config, results, export_path, overwrite) if export_path else None
+        final = results.get("final_model_dir", config.model_dir)
+        exported = _export(final, export_path, overwrite) if export_path else None
     except (TrainingInterrupted, ExportInterrupted) as stop:
         print(stop, file=sys.stderr)
         return stop.exit_code
-    except (ConfigError, data_utils.DataError, NonFiniteError, WriteError,
-            GenerationError) as error:
+    except (ConfigError, DataError, NonFiniteError, WriteError, GenerationError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     print(run_summary(config, results))
     closing = closing_summary(results, exported)
     if closing:
         print(closing)
+    return 0
+
+
+def _finished_earlier(config, results, final_model_dir, export_path):
+    """A command that finished earlier: its summary from the files, nothing trained or
+    rewritten; only a missing --export package is written. Exit status 0."""
+    from training.report.summary import closing_summary, run_summary
+
+    exported = None
+    if export_path:
+        exported = export_path
+        if not os.path.exists(export_path):
+            exported = _export(final_model_dir, _check_export(export_path, False), False)
+    print(run_summary(config, results))
+    closing = closing_summary(results, exported)
+    if closing:
+        print(closing)
+    print(f"this command had finished: {config.model_dir} holds its results (metrics.json); "
+          "nothing was trained or rewritten. To train again from scratch, pass --overwrite "
+          "(it discards the run) or choose another --model_dir")
     return 0
 
 
@@ -121,12 +160,12 @@ class ExportInterrupted(Exception):
                          "complete: run the same command to export")
 
 
-def _export(config, results, path, overwrite):
-    """Exports the best checkpoint of the run that ended the command; returns the path."""
+def _export(model_dir, path, overwrite):
+    """Exports the best checkpoint of `model_dir` (the run that ended the command); returns
+    the path."""
     from serving import export, runs
     from training.run import interrupt
 
-    model_dir = results.get("final_model_dir", config.model_dir)
     try:
         with interrupt.signals_as_interrupts():  # SIGTERM too removes the temporary file
             path = export.export_keras(runs.load_run(model_dir, checkpoint="best"), path,

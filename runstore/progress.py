@@ -5,10 +5,11 @@ generate, evaluate and export steps against a stopped pipeline): one line
 with the run's progress and how to finish it, instead of a bare "does not
 exist" or a silent export of a half-trained checkpoint.
 
-A run is finished once its metrics.json exists (written at its end); before
-that its progress is the step of its newest complete checkpoint (the one a
-resumed run starts from) against its planned steps (`max_steps`, or `epochs`
-times the training records of its data's meta.json).
+Pure Python until a run turns out unfinished (a finished command is answered without
+TensorFlow: training/setup/finished.py). A run is finished once its metrics.json exists
+(written at its end); before that its progress is the step of its newest complete
+checkpoint (the one a resumed run starts from) against its planned steps (`max_steps`, or
+`epochs` times the training records of its data's meta.json).
 """
 
 import dataclasses
@@ -16,7 +17,6 @@ import glob
 import json
 import os
 
-from runstore import checkpoints
 from runstore.run_dir import CONFIG_FILE, METRICS_FILE
 
 
@@ -68,6 +68,8 @@ def run_progress(model_dir):
             return Progress(model_dir, step, _planned(config), True)
         except (OSError, ValueError, KeyError, TypeError):
             pass  # a damaged metrics.json: judge by the checkpoints
+    from runstore import checkpoints  # TensorFlow's checkpoint list: only when unfinished
+
     steps = checkpoints.listed_steps(model_dir) or []
     return Progress(model_dir, max(steps, default=0), _planned(config), False)
 

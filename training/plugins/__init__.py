@@ -45,7 +45,7 @@ from training.plugins import par_search, span_report
 from training.plugins.base import OptimizerGroup, Plugin, Registration
 
 __all__ = ["OptimizerGroup", "Plugin", "Registration", "closing_lines", "config_sections",
-           "make_plugins",
+           "later_runs", "make_plugins",
            "next_commands", "read_model_flag", "register", "registered", "registrations",
            "run_files", "summary_lines", "unregister"]
 
@@ -140,6 +140,12 @@ def read_model_flag(name, value):
         if reader is not None:
             value = reader(value)
     return value
+
+
+def later_runs(config):
+    """The run directories of the stages the registered plug-ins train after `config`'s run
+    in the same command (`Registration.later_runs`), in order; no TensorFlow."""
+    return [path for r in _REGISTERED if r.later_runs is not None for path in r.later_runs(config)]
 
 
 def next_commands(config, results):

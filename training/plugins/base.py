@@ -46,6 +46,9 @@ class Registration:
             search: a finished search run's directory -> its derived architecture),
             and returns any other value as it is; raises ValueError or
             FileNotFoundError.
+        later_runs: `(config) -> [model_dir, ...]`: the run directories of the stages
+            the command trains after this run (the search's retrain), in order, read
+            without TensorFlow (a finished command is answered from their files), or None.
     """
 
     name: str
@@ -55,6 +58,7 @@ class Registration:
     resumable: frozenset = frozenset()
     migrate: Callable[[dict], dict] | None = None
     model_flag_readers: dict = dataclasses.field(default_factory=dict)
+    later_runs: Callable | None = None
 
     def __post_init__(self):
         if (self.section is None) != (self.config is None):

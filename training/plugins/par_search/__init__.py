@@ -38,7 +38,20 @@ def _read_architecture(value):
     return derive.read_architecture(value)
 
 
+def _later_runs(train_config):
+    """A search with --then_retrain trains its derived network next in <model_dir>_retrain
+    (retrain.retrain_config)."""
+    import os
+
+    search = getattr(train_config, config.SECTION, None)
+    if not (search and search.then_retrain
+            and getattr(train_config.model, "architecture", None) == "supernet"):
+        return []
+    return [os.path.normpath(train_config.model_dir) + "_retrain"]
+
+
 PLUGIN = Registration(name="par_search", load=_load, section=config.SECTION,
                       config=config.SearchConfig, resumable=config.RESUMABLE,
                       migrate=config.migrate_flat,
-                      model_flag_readers={"architecture": _read_architecture})
+                      model_flag_readers={"architecture": _read_architecture},
+                      later_runs=_later_runs)
