@@ -13,6 +13,8 @@ Usage:
     echo "The game was released in" | python3 generate.py --model_dir=runs/search \
         --prompt_file=- --top_p=0.9 --temperature=0.8 --seed=1 --num_samples=3
     python3 generate.py --model_dir=runs/search --prompt="The game" --greedy
+    python3 generate.py --model_dir=runs/search --prompt="The game" --sampler=top_k \
+        --sampler_args=top_k=40,temperature=0.9
 
 The unknown-word token (WikiText's `<unk>`: `Tokenizer.unknown_ids()`) is never
 generated unless `--allow_unk` is given.
@@ -51,6 +53,12 @@ flags.DEFINE_integer("top_k", 0, "Sample among the k most likely tokens (0: all)
 flags.DEFINE_float("top_p", 1.0, "Nucleus sampling: the smallest most likely set of mass "
                    ">= top_p, in (0, 1] (1: all).")
 flags.DEFINE_boolean("greedy", False, "Argmax decoding (ignores temperature, top_k, top_p).")
+flags.DEFINE_string("sampler", None, "A registered sampler by name (samplers/registry.py: "
+                    "greedy, sample, temperature, top_k, top_p, or one a program registered) "
+                    "instead of --greedy/--temperature/--top_k/--top_p; its parameters in "
+                    "--sampler_args.")
+flags.DEFINE_string("sampler_args", "", "Parameters of --sampler as name=value,...: e.g. "
+                    "--sampler=top_p --sampler_args=top_p=0.9,temperature=0.8.")
 flags.DEFINE_integer("seed", None, "Seed (>= 0) for a reproducible sample; sample i uses "
                      "seed + i. Default: random (logged).")
 flags.DEFINE_integer("mem_len", None, "Memory positions per block; default: the run's "
@@ -90,6 +98,46 @@ def _read_prompt():
                         f"offset {error.start}): convert it to UTF-8") from None
 
 
+def _number(text):
+    """int or float of a --sampler_args value (FlagError if neither)."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    raise FlagError(f"--sampler_args={FLAGS.sampler_args}: {text!r} is not a number")
+
+
+def _sampler():
+    """The registered sampler of --sampler/--sampler_args, or None (the keyword flags)."""
+    from samplers.base import SamplerError
+    from samplers.registry import get_sampler, sampler_names
+
+    if FLAGS.sampler is None:
+        if FLAGS.sampler_args:
+            raise FlagError("--sampler_args needs --sampler (the sampler they are for)")
+        return None
+    keyword = [f"--{name}" for name, default in (("temperature", 1.0), ("top_k", 0),
+                                                   ("top_p", 1.0), ("greedy", False))
+               if getattr(FLAGS, name) != default]
+    if keyword:
+        raise FlagError(f"--sampler={FLAGS.sampler} takes its parameters in --sampler_args, "
+                        f"not {', '.join(keyword)}")
+    params = {}
+    for item in filter(None, FLAGS.sampler_args.split(",")):
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise FlagError(f"--sampler_args={FLAGS.sampler_args}: {item!r} is not "
+                            "name=value")
+        params[name.strip()] = _number(value.strip())
+    try:
+        return get_sampler(FLAGS.sampler, **params)
+    except SamplerError as error:
+        if FLAGS.sampler not in sampler_names():
+            raise FlagError(f"--{error}") from None
+        raise FlagError(f"--sampler_args={FLAGS.sampler_args}: {error}") from None
+
+
 def _generate():
     from serving import generation
 
@@ -104,6 +152,7 @@ def _generate():
         raise FlagError(f"--seed={FLAGS.seed} must be in [0, 2**62)")
     if FLAGS.chunk_len is not None and FLAGS.chunk_len < 1:
         raise FlagError(f"--chunk_len={FLAGS.chunk_len} must be >= 1")
+    sampler = _sampler()
     problem = model_flags.problem(FLAGS)
     if problem:
         raise FlagError(problem)
@@ -118,7 +167,7 @@ def _generate():
         logging.warning("prompt words unknown to the tokenizer, encoded as <unk>: %s",
                         " ".join(prompt.unknown_words))
     seed = secrets.randbits(31) if FLAGS.seed is None else FLAGS.seed
-    if not FLAGS.greedy:
+    if not FLAGS.greedy and FLAGS.sampler != "greedy":
         logging.info("seed %d (pass --seed=%d to reproduce)", seed, seed)
     logging.info("%s %s, mem_len %s", "model" if run.package else "checkpoint",
                  run.checkpoint_path,
@@ -126,7 +175,7 @@ def _generate():
     tokens = run.decoder(FLAGS.mem_len).generate(
         prompt.ids, FLAGS.num_tokens, num_samples=FLAGS.num_samples,
         temperature=FLAGS.temperature, top_k=FLAGS.top_k, top_p=FLAGS.top_p,
-        greedy=FLAGS.greedy, seed=seed,
+        greedy=FLAGS.greedy, seed=seed, sampler=sampler,
         exclude_ids=generation.excluded_ids(run.tokenizer, FLAGS.allow_unk),
         chunk_len=run.config.seq_len if FLAGS.chunk_len is None else FLAGS.chunk_len)
     for i, row in enumerate(tokens):

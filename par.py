@@ -23,18 +23,25 @@ Entry points:
                                      NLL per token and tokens of each text
     PackagedLM                       the loaded model (serving/packaged.py)
     SAMPLERS                         "greedy", "temperature", "top_k", "top_p"
+    Sampler, Param, register_sampler, a new sampler: a `Sampler` subclass and
+    unregister_sampler,              one `register_sampler(cls)`; then
+    sampler_names                    `lm.generate(..., sampler=cls.name,
+                                     sampler_args={...})` (samplers/base.py)
 
 Generation never emits the unknown-word token (WikiText's <unk>) unless
 `allow_unk=True`.
 """
 
 import pardata.quiet  # noqa: F401  (TensorFlow's start-up noise, as in the scripts; first)
+from samplers.base import Param, Sampler
+from samplers.registry import register_sampler, sampler_names, unregister_sampler
 from serving.errors import EvaluationError, GenerationError
 from serving.packaged import PackagedLM, PackageError, load_packaged_lm
 from serving.texts import SAMPLERS
 
-__all__ = ["EvaluationError", "GenerationError", "PackageError", "PackagedLM", "SAMPLERS",
-           "generate", "load", "score"]
+__all__ = ["EvaluationError", "GenerationError", "PackageError", "PackagedLM", "Param",
+           "SAMPLERS", "Sampler", "generate", "load", "register_sampler", "sampler_names",
+           "score", "unregister_sampler"]
 
 
 def load(path):

@@ -7,10 +7,16 @@ renormalised top-k distribution), then one draw per row with a stateless seed
 (`gumbel.gumbel_max`); `greedy` takes the argmax of the log-probabilities and
 ignores the other options. Used by `serving.decoder.Decoder`, the exported
 SavedModel's generate signature and the trainer's evaluation samples.
+
+The same draw as `Sampler` objects (samplers/base.py) for the registry
+(samplers/registry.py): `RandomSampler` ("sample": temperature, top_k, top_p),
+and KerasHub's single-option names `TemperatureSampler` ("temperature"),
+`TopKSampler` ("top_k", k required) and `TopPSampler` ("top_p", p required).
 """
 
 import tensorflow as tf
 
+from samplers.base import Param, Sampler
 from samplers.greedy import greedy as argmax_tokens
 from samplers.gumbel import gumbel_max
 from samplers.mask import mask_tokens
@@ -49,3 +55,59 @@ def sample_tokens(log_probs, seeds, temperature=1.0, top_k=0, top_p=1.0, greedy=
                           seeds)
 
     return tf.cond(tf.convert_to_tensor(greedy, tf.bool), lambda: argmax_tokens(log_probs), draw)
+
+
+TEMPERATURE = Param("temperature", 1.0, low=0.0, low_open=True, high_open=True,
+                    condition="> 0 (greedy decoding takes the argmax)")
+TOP_K = Param("top_k", 0, low=0, high=2**24, integer=True, condition=">= 0 (0 keeps all tokens)")
+TOP_P = Param("top_p", 1.0, low=0.0, low_open=True, high=1.0,
+              condition="in (0, 1] (1 keeps all tokens)")
+
+
+class RandomSampler(Sampler):
+    """"sample": temperature, then top-k, then top-p, then one Gumbel-max draw per row
+    (`sample_tokens` without its greedy option): generate.py's keyword options."""
+
+    name = "sample"
+    params = (TEMPERATURE, TOP_K, TOP_P)
+
+    def _options(self):
+        """(temperature, top_k, top_p) of this sampler."""
+        return self.temperature, self.top_k, self.top_p
+
+    def __call__(self, log_probs, seeds):
+        temperature, top_k, top_p = self._options()
+        return gumbel_max(filter_logits(with_temperature(log_probs, temperature), top_k, top_p),
+                          seeds)
+
+
+class TemperatureSampler(RandomSampler):
+    """"temperature": the whole distribution at a temperature."""
+
+    name = "temperature"
+    params = (TEMPERATURE,)
+
+    def _options(self):
+        return self.temperature, 0, 1.0
+
+
+class TopKSampler(RandomSampler):
+    """"top_k": the k most likely tokens (top_k >= 1 required), at a temperature."""
+
+    name = "top_k"
+    params = (Param("top_k", None, low=1, high=2**24, integer=True,
+                    condition=">= 1 (the tokens kept)"), TEMPERATURE)
+
+    def _options(self):
+        return self.temperature, self.top_k, 1.0
+
+
+class TopPSampler(RandomSampler):
+    """"top_p": the nucleus of mass top_p (required), at a temperature."""
+
+    name = "top_p"
+    params = (Param("top_p", None, low=0.0, low_open=True, high=1.0,
+                    condition="in (0, 1], e.g. 0.9"), TEMPERATURE)
+
+    def _options(self):
+        return self.temperature, 0, self.top_p

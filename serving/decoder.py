@@ -10,17 +10,24 @@ the context; with a shorter memory it is the segment recurrence the run was
 evaluated with (a loaded run defaults to `chunk_len = seq_len`,
 `mem_len = eval_mem_len`).
 
-Retracing: the compiled functions take ids `[B, None]` and the state with the
+Retracing: the compiled functions take ids `[B, None]` (the loop: `[None]`) and the state with the
 relaxed shapes of `model.state_signature()` (memories `[B, None, D]`), so each
 is traced once per `Decoder`, whatever the prompt, chunk or batch size and
 while the memory grows from 0 to `mem_len`. Memories padded to `mem_len` from
 the start would keep shapes fixed, but need an attention mask the model does
-not take (zero padding is attended to and changes the result).
+not take (zero padding is attended to and changes the result). The loop is
+traced again only after the sampler registry changes (its branches are the
+samplers registered when it is traced).
 
-Sampling is `samplers.sampler.sample_tokens` (excluded ids, temperature, top-k,
-top-p, one Gumbel-max draw per row with the stateless seed `(seed + row, step)`,
-or greedy). The decoder works on ids: text callers pass the tokenizer's
-`unknown_ids()` as `exclude_ids` unless the user allows the unknown token.
+`generate` runs the one compiled decoding loop (`samplers.decoding`: the
+prompt in chunks, then a `tf.while_loop` of one draw and one length-1
+forward per token, all in one graph call). Sampling is a registered
+`samplers.base.Sampler` (samplers/registry.py): the keyword options map onto
+"greedy" or "sample" (excluded ids, temperature, top-k, top-p, one
+Gumbel-max draw per row with the stateless seed `(seed + row, step)`), or
+`sampler=` names any registered one. The decoder works on ids: text callers
+pass the tokenizer's `unknown_ids()` as `exclude_ids` unless the user allows
+the unknown token.
 
 Size glossary:
     B: rows (samples) generated together.    T: tokens of one forward pass.
@@ -34,7 +41,9 @@ import numpy as np
 import tensorflow as tf
 
 from model.interface import check_model
-from samplers.sampler import sample_tokens
+from samplers.base import Sampler, SamplerError
+from samplers.decoding import CompiledDecoding
+from samplers.registry import get_sampler, registered
 from serving.errors import GenerationError
 
 
@@ -56,7 +65,7 @@ def check_sampling_args(num_tokens=1, temperature=1.0, top_k=0, top_p=1.0, num_s
 
 
 class Decoder:
-    """Compiled cached forward passes and sampling for one model and `mem_len`.
+    """Compiled cached forward passes and the compiled decoding loop for one model and `mem_len`.
 
     Create one per (model, mem_len) and reuse it: each compiled function is
     traced once (see the module docstring); `tracing_counts()` reports it.
@@ -77,23 +86,10 @@ class Decoder:
         self.mem_len = int(model.mem_len if mem_len is None else mem_len)
         if self.mem_len < 0:
             raise GenerationError(f"mem_len={self.mem_len} must be >= 0")
-        ids = tf.TensorSpec([None, None], tf.int32)  # [B, T]
-        state = model.state_signature()  # batch (and memory length) free
-        options = [tf.TensorSpec([None, 2], tf.int64), tf.TensorSpec([], tf.float32),
-                   tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.float32),
-                   tf.TensorSpec([], tf.bool), tf.TensorSpec([None], tf.int32)]
-        # seeds, temperature, top_k, top_p, greedy, exclude_ids
-        # Two compiled functions, not a fused forward + sample step: the model
-        # is traced once (tracing costs seconds), sampling alone is cheap.
-        self._forward = tf.function(self._forward_impl, input_signature=[ids, state],
-                                    jit_compile=bool(jit_compile) or None)
-        self._sample = tf.function(
-            sample_tokens, input_signature=[tf.TensorSpec([None, None], tf.float32), *options])
-
-    def _forward_impl(self, ids, state):
-        """[B, T], state -> (next-token log-probs [B, V] after the last position, new state)."""
-        hidden, new_state = self.model(ids, state, training=False, mem_len=self.mem_len)
-        return self.model.log_probs(hidden[:, -1:])[:, 0], new_state
+        # The forward pass is one compiled function (traced once: tracing the model
+        # costs seconds), which the compiled decoding loop calls too.
+        self._decoding = CompiledDecoding(model, self.mem_len, jit_compile)
+        self._forward = self._decoding.forward
 
     def forward(self, ids, state):
         """One compiled forward pass carrying the state (what `prefill` and `generate` run).
@@ -110,9 +106,10 @@ class Decoder:
         return self._forward(tf.convert_to_tensor(ids, tf.int32), state)
 
     def tracing_counts(self):
-        """dict name -> number of traces of each compiled function."""
-        return {name: fn.experimental_get_tracing_count()
-                for name, fn in (("forward", self._forward), ("sample", self._sample))}
+        """dict name -> number of traces: "forward" (the forward pass) and "generate"
+        (the decoding loop; once more after the sampler registry changes)."""
+        return {"forward": self._forward.experimental_get_tracing_count(),
+                "generate": self._decoding.tracing_count()}
 
     def prefill(self, prompt_ids, chunk_len=None):
         """Runs the prompt once, in chunks carrying the memory.
@@ -126,18 +123,22 @@ class Decoder:
             after it: e.g. memories [1, min(len, mem_len), D]).
         """
         ids = _check_ids(prompt_ids, self.model.vocab_size)
-        chunk_len = max(1, self.mem_len) if chunk_len is None else int(chunk_len)
-        if chunk_len < 1:
-            raise GenerationError(f"chunk_len={chunk_len} must be >= 1")
+        chunk_len = self._chunk_len(chunk_len)
         state = self.model.initial_state(1, 0)  # empty memories
         for start in range(0, len(ids), chunk_len):
             log_probs, state = self._forward(tf.constant(ids[None, start:start + chunk_len]),
                                              state)
         return log_probs, state
 
+    def _chunk_len(self, chunk_len):
+        chunk_len = max(1, self.mem_len) if chunk_len is None else int(chunk_len)
+        if chunk_len < 1:
+            raise GenerationError(f"chunk_len={chunk_len} must be >= 1")
+        return chunk_len
+
     def generate(self, prompt_ids, num_tokens, *, num_samples=1, temperature=1.0, top_k=0,
                  top_p=1.0, greedy=False, seed=None, chunk_len=None, exclude_ids=(),
-                 return_log_probs=False):
+                 return_log_probs=False, sampler=None):
         """Generates `num_samples` continuations of one prompt.
 
         Args:
@@ -146,11 +147,14 @@ class Decoder:
             num_tokens: int >= 1, tokens to generate per sample.
             num_samples: int >= 1, rows generated together; row r is drawn
                 with seed `seed + r`.
-            temperature, top_k, top_p, greedy: see `sample_tokens`.
+            temperature, top_k, top_p, greedy: see `sample_tokens` (the
+                registered "greedy" or "sample" sampler).
             seed: int >= 0; None draws a random one.
             chunk_len: prompt tokens per forward pass (see `prefill`).
             exclude_ids: ids in [0, V) never drawn (e.g. `tokenizer.unknown_ids()`).
             return_log_probs: also return the distribution of every step.
+            sampler: instead of the four options above, a registered sampler:
+                a `samplers.base.Sampler` instance or a name (its defaults).
 
         Returns:
             int64 [B, N] token ids; with `return_log_probs`, also float32
@@ -161,30 +165,51 @@ class Decoder:
             GenerationError: an invalid argument, named.
         """
         check_sampling_args(num_tokens, temperature, top_k, top_p, num_samples)
+        sampler = resolve_sampler(sampler, temperature, top_k, top_p, greedy)
         seed = _check_seed(seed)
         exclude = _check_exclude(exclude_ids, self.model.vocab_size)
-        log_probs, state = self.prefill(prompt_ids, chunk_len)
-        # The prompt ran once for one row; the rows only differ from here on.
-        log_probs = tf.repeat(log_probs, num_samples, axis=0)  # [B, V]
-        state = [tf.repeat(s, num_samples, axis=0) for s in state]  # [B, ...]
-        options = (tf.constant(temperature, tf.float32), tf.constant(top_k, tf.int32),
-                   tf.constant(top_p, tf.float32), tf.constant(bool(greedy)), exclude)
-        rows = np.arange(num_samples, dtype=np.int64) + seed
-
-        def seeds(step):
-            return tf.constant(np.stack([rows, np.full_like(rows, step)], axis=1))  # [B, 2]
-
-        tokens, distributions = [], []
-        for step in range(num_tokens):
-            tokens.append(self._sample(log_probs, seeds(step), *options))  # [B]
-            if return_log_probs:
-                distributions.append(log_probs)
-            if step + 1 < num_tokens:  # one forward of length 1 per new token
-                log_probs, state = self._forward(tokens[-1][:, None], state)
-        tokens = np.stack([t.numpy() for t in tokens], axis=1).astype(np.int64)  # [B, N]
+        ids = _check_ids(prompt_ids, self.model.vocab_size)
+        tokens, distributions = self._decoding.run(
+            ids, num_tokens, sampler, chunk_len=self._chunk_len(chunk_len),
+            num_samples=num_samples, seed=seed, exclude_ids=exclude,
+            keep_log_probs=return_log_probs)
+        tokens = tokens.numpy().astype(np.int64)  # [B, N]
         if return_log_probs:
-            return tokens, np.stack([d.numpy() for d in distributions], axis=1)  # [B, N, V]
+            return tokens, distributions.numpy()  # [B, N, V]
         return tokens
+
+
+def resolve_sampler(sampler=None, temperature=1.0, top_k=0, top_p=1.0, greedy=False):
+    """The registered `Sampler` to run: `sampler` (an instance, or a name with its
+    defaults), else the keyword options: "greedy", or "sample" (temperature, top_k, top_p).
+
+    Raises:
+        GenerationError: an unknown name, or keyword options given with `sampler`.
+    """
+    if sampler is None:
+        if greedy:
+            return get_sampler("greedy")
+        return get_sampler("sample", temperature=temperature, top_k=top_k, top_p=top_p)
+    given = [name for name, value, default in (
+        ("temperature", temperature, 1.0), ("top_k", top_k, 0), ("top_p", top_p, 1.0),
+        ("greedy", greedy, False)) if value != default]
+    if given:
+        raise GenerationError(f"{given[0]}: give the sampler's parameters to the sampler, "
+                              f"not with sampler={getattr(sampler, 'name', sampler)!r}")
+    try:
+        return get_sampler(sampler) if isinstance(sampler, str) else _registered(sampler)
+    except SamplerError as error:
+        raise GenerationError(str(error)) from None
+
+
+def _registered(sampler):
+    if not isinstance(sampler, Sampler):
+        raise GenerationError(f"sampler={sampler!r} must be a sampler name or a "
+                              "samplers.base.Sampler")
+    if type(sampler) not in registered():
+        raise GenerationError(f"sampler={sampler.name!r} is not registered: "
+                              "samplers.registry.register_sampler(its class) first")
+    return sampler
 
 
 def _check_ids(prompt_ids, vocab_size):
@@ -215,7 +240,7 @@ def _check_seed(seed):
 
 
 def generate(model, prompt_ids, num_tokens, *, temperature=1.0, top_k=0, top_p=1.0, greedy=False,
-             seed=None, mem_len=None, chunk_len=None, exclude_ids=()):
+             seed=None, mem_len=None, chunk_len=None, exclude_ids=(), sampler=None):
     """Generates one continuation with the memory cache.
 
     Builds (and traces) a new `Decoder` per call: reuse a `Decoder` (or
@@ -233,6 +258,7 @@ def generate(model, prompt_ids, num_tokens, *, temperature=1.0, top_k=0, top_p=1
         mem_len: memory kept per attention memory; None: the model's mem_len.
         chunk_len: prompt tokens per forward pass; None: max(1, mem_len).
         exclude_ids: ids never drawn (e.g. the tokenizer's `unknown_ids()`).
+        sampler: a registered sampler instead of the options above (`Decoder.generate`).
 
     Returns:
         list of `num_tokens` generated ids (the prompt not included).
@@ -240,5 +266,5 @@ def generate(model, prompt_ids, num_tokens, *, temperature=1.0, top_k=0, top_p=1
     decoder = Decoder(model, mem_len)
     tokens = decoder.generate(prompt_ids, num_tokens, temperature=temperature, top_k=top_k,
                               top_p=top_p, greedy=greedy, seed=seed, chunk_len=chunk_len,
-                              exclude_ids=exclude_ids)
+                              exclude_ids=exclude_ids, sampler=sampler)
     return tokens[0].tolist()

@@ -22,18 +22,30 @@ needs `import tensorflow_text` first, which registers its op). Signatures:
         -> {"text": string [B], "continuation": string [B],
             "token_ids": int32 [B, N], "prompt_ids": int32 [L]}
     generate_allow_unk(the same inputs) -> the same outputs
+    generate_with_sampler(prompt: string [], num_tokens: int32 [], num_samples: int32 [],
+                          sampler: string [], params: float32 [P], seed: int64 [],
+                          allow_unk: bool [])
+        -> the same outputs
     tokenize(text: string []) -> {"token_ids": int32 [L]}
     detokenize(token_ids: int32 [L]) -> {"text": string []}
     serve(token_ids: int32 [B, T], state_0, ..., state_{k-1}: float32)
         -> {"log_probs": float32 [B, T, V], "new_state_0", ..., "new_state_{k-1}"}
 
-`generate` is `generate.py` in the graph: the prompt is tokenized
-(serving/graph_tokenizer.py), run in chunks of the run's seq_len with the
-memory kept to `mem_len` (default: the run's eval_mem_len), then each of the
-B = num_samples rows samples N tokens with the stateless seed (seed + row,
-step) and the same temperature / top-k / top-p / greedy rules
-(`serving.generation.sample_tokens`): for one seed it returns the tokens
-`generate.py --seed` draws. `generate` never draws the unknown-word token
+`generate` is `generate.py` in the graph, the one decoding loop
+(`samplers.decoding.decode`, which `serving.decoder.Decoder` compiles too):
+the prompt is tokenized (serving/graph_tokenizer.py), run in chunks of the
+run's seq_len with the memory kept to `mem_len` (default: the run's
+eval_mem_len), then each of the B = num_samples rows samples N tokens with
+the stateless seed (seed + row, step) and the same temperature / top-k /
+top-p / greedy rules (the registered "sample" and "greedy" samplers): for
+one seed it returns the tokens `generate.py --seed` draws.
+`generate_with_sampler` runs any sampler registered when the model was
+exported (samplers/registry.py: "greedy", "sample", "temperature", "top_k",
+"top_p" and any a program registered): `sampler` is its name, `params` its
+parameters in its `params` order (fewer: the rest take their defaults;
+`generate.py --sampler=NAME --sampler_args=...` takes the same), dispatched
+in the graph; an unknown name or a bad parameter is an InvalidArgumentError
+naming it. `generate` never draws the unknown-word token
 (`Tokenizer.unknown_ids()`, WikiText's <unk>); `generate_allow_unk` may, as
 `generate.py --allow_unk`. `text` is the prompt followed by the
 continuation, what generate.py prints. An empty prompt starts at the
@@ -68,7 +80,8 @@ import tensorflow as tf
 
 from pardata.meta import META_FILE
 from runstore import run_dir
-from samplers.sampler import sample_tokens
+from samplers.decoding import decode
+from samplers.registry import registered
 from serving.errors import GenerationError
 
 SIGNATURE = "serve"
@@ -221,6 +234,13 @@ class ServingModule(tf.Module):
                                     input_signature=options)
         self.generate_allow_unk = tf.function(self._generate_with_unk, autograph=False,
                                               input_signature=options)
+        # The samplers registered now are the branches of `generate_with_sampler`.
+        self._registered = _Untracked(registered())
+        self.generate_with_sampler = tf.function(
+            self._generate_named, autograph=False, input_signature=[
+                *options[:3], tf.TensorSpec([], tf.string, name="sampler"),
+                tf.TensorSpec([None], tf.float32, name="params"), options[-1],
+                tf.TensorSpec([], tf.bool, name="allow_unk")])
         self.tokenize = tf.function(
             lambda text: {"token_ids": self.tokenizer.encode(text)}, autograph=False,
             input_signature=[tf.TensorSpec([], tf.string, name="text")])
@@ -232,10 +252,16 @@ class ServingModule(tf.Module):
     def _model(self):
         return self._untracked.value
 
+    @property
+    def _samplers(self):
+        """The `Sampler` classes registered when the module was made."""
+        return self._registered.value
+
     def signatures(self):
         """name -> tf.function, for tf.saved_model.save (which traces them once, itself)."""
         return {SIGNATURE: self.serve, GENERATE_SIGNATURE: self.generate,
                 GENERATE_SIGNATURE + "_allow_unk": self.generate_allow_unk,
+                GENERATE_SIGNATURE + "_with_sampler": self.generate_with_sampler,
                 "tokenize": self.tokenize, "detokenize": self.detokenize}
 
     def _serve(self, token_ids, *state):
@@ -269,68 +295,54 @@ class ServingModule(tf.Module):
 
     def _generate(self, prompt, num_tokens, num_samples, temperature, top_k, top_p, greedy,
                   seed, allow_unk):
-        checks = [
-            tf.debugging.assert_greater_equal(num_tokens, 1, message="num_tokens must be >= 1"),
-            tf.debugging.assert_greater_equal(num_samples, 1,
-                                              message="num_samples must be >= 1"),
-            tf.debugging.assert_greater(temperature, 0.0, message="temperature must be > 0"),
-            tf.debugging.assert_greater_equal(top_k, 0, message="top_k must be >= 0"),
-            tf.debugging.assert_greater(top_p, 0.0, message="top_p must be in (0, 1]"),
-            tf.debugging.assert_less_equal(top_p, 1.0, message="top_p must be in (0, 1]"),
-            tf.debugging.assert_greater_equal(seed, tf.constant(0, tf.int64),
-                                              message="seed must be >= 0"),
-        ]
-        with tf.control_dependencies(checks):
-            encoded = self.tokenizer.encode(prompt)
+        """The keyword options as the "greedy" or "sample" sampler (checked as before,
+        greedy or not)."""
+        names = [cls.name for cls in self._samplers]
+        params = tf.stack([temperature, tf.cast(top_k, tf.float32), top_p])
+        sample = self._samplers[names.index("sample")]
+        with tf.control_dependencies(sample.graph_checks(params)):
+            index = tf.where(greedy, names.index("greedy"), names.index("sample"))
+        params = params[:tf.where(greedy, 0, 3)]  # "greedy" takes none
+        return self._generate_sampled(prompt, num_tokens, num_samples, index, params, seed,
+                                      allow_unk)
+
+    def _generate_named(self, prompt, num_tokens, num_samples, sampler, params, seed,
+                        allow_unk):
+        names = tf.constant([cls.name for cls in self._samplers])
+        found = tf.where(tf.equal(names, sampler))[:, 0]
+        known = tf.debugging.Assert(tf.size(found) > 0, [
+            "unknown sampler:", sampler, "the samplers of this export are",
+            tf.strings.reduce_join(names, separator=", ")])
+        with tf.control_dependencies([known]):
+            index = tf.cast(tf.reduce_min(tf.concat([found, [len(self._samplers)]], 0)),
+                            tf.int32)
+        return self._generate_sampled(prompt, num_tokens, num_samples, index, params, seed,
+                                      allow_unk)
+
+    def _prompt_ids(self, prompt):
+        """(int32 [L] ids of the prompt, whether it starts at the line start)."""
+        encoded = self.tokenizer.encode(prompt)
         from_line_start = tf.equal(tf.size(encoded), 0)
         if self._has_line_start:
-            ids = tf.cond(from_line_start, lambda: self._line_start, lambda: encoded)
-        else:
-            with tf.control_dependencies([tf.debugging.assert_equal(
-                    from_line_start, False, message="the prompt is empty and this tokenizer "
-                    "has no line ends (--nosp_eos), so there is no line start: give a prompt")]):
-                ids = tf.identity(encoded)
+            return tf.cond(from_line_start, lambda: self._line_start,
+                           lambda: encoded), from_line_start
+        with tf.control_dependencies([tf.debugging.assert_equal(
+                from_line_start, False, message="the prompt is empty and this tokenizer "
+                "has no line ends (--nosp_eos), so there is no line start: give a prompt")]):
+            return tf.identity(encoded), from_line_start
 
-        # The prompt, once, in chunks carrying the state (Decoder.prefill).
-        chunk = self._chunk_len
-        length = tf.size(ids)
-        chunks = (length + chunk - 1) // chunk
-        state = [tf.cast(s, tf.float32) for s in self._model.initial_state(1, 0)]
-        log_probs = tf.zeros([1, self._vocab], tf.float32)
-
-        def prefill(i, log_probs, *state):
-            log_probs, state = self._next(ids[None, i * chunk:(i + 1) * chunk], state)
-            return (i + 1, log_probs, *state)
-
-        _, log_probs, *state = tf.while_loop(
-            lambda i, *_: i < chunks, prefill, (tf.constant(0), log_probs, *state),
-            shape_invariants=(tf.TensorShape([]), tf.TensorShape([None, self._vocab]),
-                              *self._invariants()))
-
-        # The rows differ from here on (Decoder.generate).
-        log_probs = tf.repeat(log_probs, num_samples, axis=0)  # [B, V]
-        state = [tf.repeat(s, num_samples, axis=0) for s in state]
-        rows = seed + tf.range(tf.cast(num_samples, tf.int64), dtype=tf.int64)  # [B]
-        tokens = tf.TensorArray(tf.int32, size=num_tokens)
+    def _generate_sampled(self, prompt, num_tokens, num_samples, index, params, seed,
+                          allow_unk):
+        """The one decoding loop (samplers/decoding.py) and the texts of its tokens."""
+        ids, from_line_start = self._prompt_ids(prompt)
         exclude = tf.cond(allow_unk, lambda: tf.zeros([0], tf.int32),
                           lambda: self._unknown_ids)  # [K]
-
-        def step_fn(step, log_probs, tokens, *state):
-            seeds = tf.stack([rows, tf.fill(tf.shape(rows), tf.cast(step, tf.int64))], axis=1)
-            token = sample_tokens(log_probs, seeds, temperature, top_k, top_p, greedy,
-                                  exclude)  # [B]
-            tokens = tokens.write(step, token)
-            log_probs, state = tf.cond(
-                step + 1 < num_tokens, lambda: self._next(token[:, None], state),
-                lambda: (log_probs, [tf.identity(s) for s in state]))
-            return (step + 1, log_probs, tokens, *state)
-
-        _, _, tokens, *_ = tf.while_loop(
-            lambda step, *_: step < num_tokens, step_fn,
-            (tf.constant(0), log_probs, tokens, *state),
-            shape_invariants=(tf.TensorShape([]), tf.TensorShape([None, self._vocab]), None,
-                              *self._invariants()))
-        new_ids = tf.transpose(tokens.stack())  # [B, N]
+        state = [tf.cast(s, tf.float32) for s in self._model.initial_state(1, 0)]
+        new_ids, _ = decode(self._next, state, ids, chunk_len=tf.constant(self._chunk_len),
+                            num_tokens=num_tokens, num_samples=num_samples, seed=seed,
+                            sampler_index=index, params=params, exclude_ids=exclude,
+                            samplers=self._samplers, vocab_size=self._vocab,
+                            state_shapes=self._invariants())  # [B, N]
 
         head = self.tokenizer.decode(ids)
         head_len = tf.strings.length(head)

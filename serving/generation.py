@@ -10,12 +10,15 @@ a module each, and this module exports their public names as well:
     serving.decoder   Decoder, generate, check_sampling_args (the state as a cache)
     serving.prompts   Prompt, encode_prompt, continuation_text, excluded_ids
     samplers          sample_tokens, filter_logits (temperature, top-k, top-p,
-                      greedy, Gumbel-max draws with stateless seeds)
+                      greedy, Gumbel-max draws with stateless seeds);
+                      get_sampler, register_sampler, sampler_names (the
+                      registry of `Sampler` objects, samplers/registry.py)
 """
 
 from absl import logging
 
 from pardata.meta import META_FILE
+from samplers.registry import get_sampler, register_sampler, sampler_names
 from samplers.sampler import filter_logits, sample_tokens
 from serving.decoder import Decoder, check_sampling_args, generate
 from serving.errors import GenerationError
@@ -24,8 +27,8 @@ from serving.runs import Run, load_run, override_model, resolve_checkpoint
 
 __all__ = ["META_FILE", "Decoder", "GenerationError", "Prompt", "Run", "check_sampling_args",
            "continuation_text", "encode_prompt", "excluded_ids", "filter_logits", "generate",
-           "generate_text",
-           "load", "load_run", "override_model", "resolve_checkpoint", "sample_tokens"]
+           "generate_text", "get_sampler", "load", "load_run", "override_model",
+           "register_sampler", "resolve_checkpoint", "sample_tokens", "sampler_names"]
 
 
 def load(model_dir=None, model=None, checkpoint="best", model_overrides=None):
@@ -42,14 +45,15 @@ def load(model_dir=None, model=None, checkpoint="best", model_overrides=None):
 
 
 def generate_text(run, prompt, num_tokens, *, temperature=1.0, top_k=0, top_p=1.0, greedy=False,
-                  seed=None, mem_len=None, chunk_len=None, allow_unk=False):
+                  seed=None, mem_len=None, chunk_len=None, allow_unk=False, sampler=None):
     """Generates the text that follows `prompt` (the prompt not included).
 
     An empty prompt starts from the tokenizer's line start (`encode_prompt`).
     Prompt words the tokenizer does not know become its unknown token and are
     listed in one logged warning. The unknown token is never generated unless
     `allow_unk`. `mem_len` defaults to `run.default_mem_len`, `chunk_len` to the
-    run's seq_len; the other arguments are `generate`'s.
+    run's seq_len; the other arguments (`sampler`: a registered sampler's name
+    or instance instead of the four options) are `generate`'s.
     """
     check_sampling_args(num_tokens, temperature, top_k, top_p)
     encoded = encode_prompt(run.tokenizer, prompt)
@@ -59,5 +63,6 @@ def generate_text(run, prompt, num_tokens, *, temperature=1.0, top_k=0, top_p=1.
     tokens = run.decoder(mem_len).generate(
         encoded.ids, num_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
         greedy=greedy, seed=seed, exclude_ids=excluded_ids(run.tokenizer, allow_unk),
+        sampler=sampler,
         chunk_len=run.config.seq_len if chunk_len is None else chunk_len)
     return continuation_text(run.tokenizer, encoded, tokens[0])

@@ -169,7 +169,8 @@ class PackagedLM(keras.Model):
         return self.lm(inputs, state, training=training, mem_len=mem_len)
 
     def generate(self, prompts, max_length=None, *, num_tokens=None, sampler=None,
-                 temperature=None, top_k=None, top_p=None, seed=None, allow_unk=False):
+                 temperature=None, top_k=None, top_p=None, seed=None, allow_unk=False,
+                 sampler_args=None):
         """Continues each prompt as generate.py does for the same seed and options.
 
         `generate("The game", max_length=40, sampler="top_p", top_p=0.9, seed=1)`:
@@ -177,13 +178,16 @@ class PackagedLM(keras.Model):
         each the prompt followed by its continuation. `max_length` counts the
         prompt's tokens (KerasHub's meaning), `num_tokens` only the new ones
         (default 100); `sampler` is "greedy", "temperature", "top_k", "top_p" or
-        None (temperature, top_k and top_p combined as given). The unknown-word
-        token is never generated unless `allow_unk`. See
+        None (temperature, top_k and top_p combined as given), or any registered
+        sampler's name (samplers/registry.py) with its parameters in
+        `sampler_args` (a dict), or a `samplers.base.Sampler` instance. The
+        unknown-word token is never generated unless `allow_unk`. See
         `serving.texts.generate_texts`.
         """
         return generate_texts(self._serving_run(), prompts, max_length, num_tokens=num_tokens,
                               sampler=sampler, temperature=temperature, top_k=top_k,
-                              top_p=top_p, seed=seed, allow_unk=allow_unk)
+                              top_p=top_p, seed=seed, allow_unk=allow_unk,
+                              sampler_args=sampler_args)
 
     def score(self, texts, *, batch_size=None, seq_len=None, mem_len=None):
         """Perplexity of each text as evaluate.py --text_file gives it: a dict

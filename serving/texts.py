@@ -24,12 +24,15 @@ import tempfile
 from absl import logging
 import numpy as np
 
-from serving.decoder import check_sampling_args
+from samplers.base import Sampler, SamplerError
+from samplers.registry import get_sampler
+from serving.decoder import check_sampling_args, resolve_sampler
 from serving.errors import EvaluationError, GenerationError
 from serving.evaluation import evaluate_run
 from serving.prompts import continuation_text, encode_prompt, excluded_ids
 
-# Sampler names (KerasHub's for the same strategies) and generate.py's default length.
+# The built-in sampler names of KerasHub's strategies (samplers/registry.py has them
+# all: `sampler_names()`), and generate.py's default length.
 SAMPLERS = ("greedy", "temperature", "top_k", "top_p")
 DEFAULT_NUM_TOKENS = 100
 # What `score_texts` returns of an evaluation (evaluate.py's JSON has these keys too).
@@ -77,6 +80,44 @@ def sampling_options(sampler=None, temperature=None, top_k=None, top_p=None):
     return options
 
 
+def sampler_of(sampler=None, temperature=None, top_k=None, top_p=None, sampler_args=None):
+    """The registered `Sampler` of generate_texts' arguments.
+
+    `sampler` None or one of SAMPLERS (without `sampler_args`): `sampling_options`'
+    rules, the same draws. Another registered name takes its parameters from
+    `sampler_args` (dict name -> value) and from `temperature`, `top_k`, `top_p` when
+    given; a `samplers.base.Sampler` instance is used as it is.
+
+    Raises:
+        GenerationError: an unknown sampler, parameter or value, named.
+    """
+    if isinstance(sampler, Sampler) and not sampler_args and (temperature, top_k, top_p) == (
+            None, None, None):
+        return resolve_sampler(sampler)
+    if (sampler is None or sampler in SAMPLERS) and not sampler_args:
+        options = sampling_options(sampler, temperature, top_k, top_p)
+        check_sampling_args(1, options["temperature"], options["top_k"], options["top_p"])
+        if sampler in (None, "greedy"):
+            return resolve_sampler(None, **options)
+        values = {"temperature": options["temperature"]}
+        if sampler != "temperature":
+            values[sampler] = options[sampler]
+        return get_sampler(sampler, **values)
+    if not isinstance(sampler, str):
+        raise GenerationError(f"sampler={sampler!r} must be a sampler name (a str) or a "
+                              "samplers.base.Sampler without other sampling arguments")
+    if sampler_args is not None and not isinstance(sampler_args, dict):
+        raise GenerationError(f"sampler_args={sampler_args!r} must be a dict name -> value")
+    params = dict(sampler_args or {})
+    for name, value in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p)):
+        if value is not None:
+            params[name] = value
+    try:
+        return get_sampler(sampler, **params)
+    except SamplerError as error:
+        raise GenerationError(str(error)) from None
+
+
 def _as_list(values, name):
     """(list of str, whether a single str was given)."""
     single = isinstance(values, str)
@@ -100,7 +141,7 @@ def _new_tokens(prompt, max_length, num_tokens, index):
 
 def generate_texts(run, prompts, max_length=None, *, num_tokens=None, sampler=None,
                    temperature=None, top_k=None, top_p=None, seed=None, allow_unk=False,
-                   mem_len=None):
+                   mem_len=None, sampler_args=None):
     """Continues each prompt (see the module docstring).
 
     Args:
@@ -110,11 +151,15 @@ def generate_texts(run, prompts, max_length=None, *, num_tokens=None, sampler=No
             `max_length`); or
         num_tokens: new tokens per prompt (generate.py's --num_tokens).
             Neither: 100 new tokens.
-        sampler, temperature, top_k, top_p: see `sampling_options`.
+        sampler, temperature, top_k, top_p: see `sampling_options`; `sampler`
+            may also name any registered sampler (samplers/registry.py), its
+            parameters in `sampler_args` (see `sampler_of`), or be a
+            `samplers.base.Sampler` instance.
         seed: int >= 0, prompt i is drawn with seed + i (generate.py's rule for
             its samples); None: a random seed, logged.
         allow_unk: let the unknown-word token be generated.
         mem_len: memory positions; None: the run's eval_mem_len.
+        sampler_args: dict of the named sampler's parameters.
 
     Returns:
         The prompt followed by its continuation: a str for a str, else a list.
@@ -126,9 +171,9 @@ def generate_texts(run, prompts, max_length=None, *, num_tokens=None, sampler=No
     if max_length is not None and num_tokens is not None:
         raise GenerationError("give max_length (the prompt's tokens included, as KerasHub) or "
                               "num_tokens (new tokens, as generate.py), not both")
-    options = sampling_options(sampler, temperature, top_k, top_p)
+    chosen = sampler_of(sampler, temperature, top_k, top_p, sampler_args)
     check_sampling_args(DEFAULT_NUM_TOKENS if num_tokens is None else num_tokens,
-                        options["temperature"], options["top_k"], options["top_p"], len(texts))
+                        num_samples=len(texts))
     if seed is None:
         seed = secrets.randbits(31)
         logging.info("seed %d (pass seed=%d to reproduce)", seed, seed)
@@ -145,7 +190,7 @@ def generate_texts(run, prompts, max_length=None, *, num_tokens=None, sampler=No
     results = []
     for i, (text, prompt, length) in enumerate(zip(texts, encoded, lengths)):
         tokens = decoder.generate(prompt.ids, length, seed=int(seed) + i, exclude_ids=exclude,
-                                  chunk_len=run.config.seq_len, **options)
+                                  chunk_len=run.config.seq_len, sampler=chosen)
         results.append(text + continuation_text(run.tokenizer, prompt, tokens[0]))
     return results[0] if single else results
 

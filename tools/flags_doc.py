@@ -77,7 +77,7 @@ GROUPS = {
         ("model", ("model", "model_dir", "checkpoint")),
         ("prompt", ("prompt", "prompt_file")),
         ("sampling", ("num_tokens", "num_samples", "temperature", "top_k", "top_p", "greedy",
-                      "seed", "allow_unk")),
+                      "sampler", "sampler_args", "seed", "allow_unk")),
         ("memory", ("mem_len", "chunk_len")),
     ),
     "evaluate.py": (

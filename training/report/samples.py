@@ -1,10 +1,12 @@
 """The trainer's evaluation samples: text generated after a prompt of the valid split.
 
 `TextSampler.sample_text` continues the first segment of the valid split's
-first row for a number of tokens, one compiled length-1 step at a time, with
-serving's sampler (`samplers.sampler.sample_tokens` at temperature 1, never
-the unknown-word token) and stateless seeds derived from (model seed, step),
-in evaluation mode: deterministic, and the training RNG is not disturbed.
+first row for a number of tokens with serving's decoding loop
+(`samplers.decoding`: the segment as one chunk, then one length-1 step per
+token, all in one compiled call) and sampler (the registered "sample" at
+temperature 1, never the unknown-word token), with the stateless seeds
+(model seed, step * 1_000_003 + i), in evaluation mode: deterministic, and
+the training RNG is not disturbed.
 `Trainer.sample_text` makes one per compiled generation of the trainer (a
 plug-in's trace key change makes it again).
 """
@@ -12,7 +14,11 @@ plug-in's trace key change makes it again).
 import tensorflow as tf
 
 from pardata.records import make_dataset
-from samplers.sampler import sample_tokens
+from samplers.decoding import CompiledDecoding
+from samplers.registry import get_sampler
+
+# Seeds of the token i of the samples at step s: (model seed, s * _STEP_STRIDE + i).
+_STEP_STRIDE = 1_000_003
 
 
 class TextSampler:
@@ -34,22 +40,12 @@ class TextSampler:
         self.tokenizer = tokenizer
         self.strategy = strategy
         self.mem_len = max(config.eval_mem_len, 1)
-        self._generate_fn = tf.function(self._generate_one, input_signature=[
-            tf.TensorSpec([1, None], tf.int32), model.state_signature(),
-            tf.TensorSpec([2], tf.int64)])
-
-    def _generate_one(self, inputs, model_state, seed):
-        hidden, new_state = self.model(inputs, model_state, training=False,
-                                       mem_len=self.mem_len)
-        log_probs = self.model.log_probs(hidden[:, -1:])[:, 0]  # [1, V]
-        token = sample_tokens(log_probs, seed[None],  # [1], serving's sampler, never <unk>
-                              exclude_ids=self.tokenizer.unknown_ids())[:, None]  # [1, 1]
-        return token, new_state
+        self._decoding = CompiledDecoding(model, self.mem_len)
 
     def sample_text(self, num_tokens, step):
         """Text generated after the first segment of the valid split's first row.
 
-        Deterministic given (seed, step): sampling (`samplers.sampler.sample_tokens`,
+        Deterministic given (seed, step): sampling (the registered "sample" sampler,
         as serving's, at temperature 1) uses stateless seeds and evaluation mode, so it
         does not disturb the training RNG.
 
@@ -61,11 +57,10 @@ class TextSampler:
             return ""
         dataset = make_dataset(self.config.data_dir, "valid", meta=self.meta)
         prompt = next(iter(dataset))[0][:1]  # [1, T]
-        model_state = self.model.initial_state(1, self.mem_len)
-        token, generated = prompt, []
-        for i in range(num_tokens):
-            seed = tf.constant([self.config.model.seed, step * 1_000_003 + i], tf.int64)
-            token, model_state = self._generate_fn(token, model_state, seed)
-            generated.append(int(token[0, 0]))
+        tokens, _ = self._decoding.run(
+            prompt[0].numpy(), num_tokens, get_sampler("sample"),
+            state=self.model.initial_state(1, self.mem_len), chunk_len=int(prompt.shape[1]),
+            seed=self.config.model.seed, step_offset=step * _STEP_STRIDE,
+            exclude_ids=self.tokenizer.unknown_ids())  # never <unk>
         prompt_text = self.tokenizer.decode(prompt[0].numpy().tolist())
-        return f"{prompt_text} || {self.tokenizer.decode(generated)}"
+        return f"{prompt_text} || {self.tokenizer.decode(tokens[0].numpy().tolist())}"
