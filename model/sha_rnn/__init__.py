@@ -5,6 +5,7 @@
     attention.py  the single-head attention over a long memory
     block.py      one block: LSTM, optional attention, Boom feed-forward
     model.py      ShaRnnLM (the language-model interface)
+    family.py     the family's registry entry (model/registry.py)
 
 Importing this package does not load TensorFlow.
 """

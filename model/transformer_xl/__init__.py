@@ -6,6 +6,7 @@
     stochastic_block.py  the Gumbel-softmax choice between the block types
     model.py             TransformerXLLM (the language-model interface)
     flops.py             forward FLOPs per token and parameter counts
+    family.py            the family's registry entry (model/registry.py)
 
 Papers: Dai et al. 2019 (arXiv 1901.02860), Mandava et al. 2020 (PAR,
 arXiv 2009.04534). Importing this package does not load TensorFlow.

@@ -2,7 +2,10 @@
 import graph (tests/test_import_graph.py) and on the names generic code uses
 (tests/model/test_interface_boundary.py). The graph is tools/import_graph.py's."""
 
-FAMILY_MODULES = ("model.transformer_xl", "model.sha_rnn")
+from model.families import FAMILIES
+
+# The registered families' packages (`Family.package`), from the registry: not a list.
+FAMILY_MODULES = tuple(family.package for family in FAMILIES.values())
 PLUGIN_PACKAGES = "training.plugins."
 # The plug-in registry, the only generic file that names the plug-ins.
 REGISTRIES = {

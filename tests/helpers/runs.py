@@ -98,9 +98,9 @@ PROMPT = [5, 17, 3, 40, 8, 22, 9]
 
 
 def make_family_run(model_dir, data_dir, family, architecture="afaf", seed=0):
-    """A run directory of either family with random weights, as train.py lays it out.
+    """A run directory of a registered family with random weights, as train.py lays it out.
 
-    config.json (the family's tiny preset, no dropout), best/ckpt-1 and the
+    config.json (the family's `tiny_preset`, no dropout), best/ckpt-1 and the
     data's meta.json and tokenizer files in model_dir/data. Transformer-XL
     uses `architecture` ("supernet" derives "afai"); weights come from
     `randomize` (Transformer-XL) or the seeded initialisation (SHA-RNN).
@@ -119,7 +119,7 @@ def make_family_run(model_dir, data_dir, family, architecture="afaf", seed=0):
     from training.setup.config import TrainConfig
 
     meta = data_utils.load_meta(str(data_dir))
-    preset = "tiny" if family == "transformer_xl" else "sha_rnn_tiny"
+    preset = get_family(family).tiny_preset
     fields = {"architecture": architecture} if family == "transformer_xl" else {}
     model_config = get_family(family).preset_config(
         preset, vocab_size=meta["vocab_size"], dropout=0.0, **fields)

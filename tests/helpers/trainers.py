@@ -4,26 +4,32 @@ Shared by the tests that compare two ways of taking the same training steps
 (gradient accumulation, XLA).
 """
 
+import collections
+
 import numpy as np
 
-# Per family: the tiny preset, dropout off (SHA-RNN: lamb_sharnn, its recipe), L2
-# decay and clipping on so that the whole update path is compared.
-# Transformer-XL with 2 supernet blocks, not 4: the equivalence does not depend
-# on depth, and every block adds tracing time to each trainer.
-FAMILY_FLAGS = {
-    "transformer_xl": ["--preset=tiny", "--num_blocks=2", "--dropout=0",
-                       "--arch_warmup_steps=0"],
-    "sha_rnn": ["--model_family=sha_rnn", "--preset=sha_rnn_tiny", "--dropout=0",
-                "--dropout_input=0", "--dropout_hidden=0", "--attn_dropout=0",
-                "--optimizer=lamb_sharnn"],
-}
+from tests.helpers.families import names, no_dropout_flags, tiny_flags
+
+# Per family (the registry's): its test run (tiny preset; SHA-RNN: lamb_sharnn, its
+# recipe), dropout off, L2 decay and clipping on so that the whole update path is compared.
+# Transformer-XL with 2 supernet blocks, not 4: the equivalence does not depend on depth,
+# and every block adds tracing time to each trainer.
+_TUNING = {"transformer_xl": ["--num_blocks=2", "--arch_warmup_steps=0"]}
+
+
+def family_flags(family):
+    """train.py flags of `family`'s tiny trainer (a family registered at run time too)."""
+    return [*tiny_flags(family), *no_dropout_flags(family), *_TUNING.get(family, [])]
+
+
+FAMILY_FLAGS = {family: family_flags(family) for family in names()}
 # Extra losses with weights that make them count (span loss, activation
-# regularisation): each must be counted once, not K times.
-EXTRA_LOSS_FLAGS = {
+# regularisation): each must be counted once, not K times. None for a family not named.
+EXTRA_LOSS_FLAGS = collections.defaultdict(list, {
     "transformer_xl": ["--attention=adaptive_span", "--span_max=16", "--span_ramp=4",
                        "--span_loss_coef=0.05"],
     "sha_rnn": ["--ar_coef=2.0"],
-}
+})
 _TRAIN_FLAGS = ["--learning_rate=3e-3", "--clip_norm=0.5", "--weight_decay=0.01",
                 "--max_steps=100", "--sample_tokens=0"]
 
@@ -37,7 +43,7 @@ def family_config(data_dir, model_dir, family, *extra):
     # TensorBoard logs beside the run (an --logdir in `extra` wins): the default,
     # logs/<run> under the working directory, is the repository's logs/ for a test.
     fv(["train.py", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
-        f"--logdir={model_dir}_logs", *FAMILY_FLAGS[family], *_TRAIN_FLAGS, *extra])
+        f"--logdir={model_dir}_logs", *family_flags(family), *_TRAIN_FLAGS, *extra])
     return train_cli.config_from_flags(fv)[0]
 
 

@@ -1,6 +1,6 @@
 """An export alone generates what its run generates: no run directory, no built data.
 
-For both model families and the word, sentencepiece and byte tokenizers, a
+For every registered model family and the word, sentencepiece and byte tokenizers, a
 run is exported as a `.keras` package and a SavedModel; then the run
 directories and the data are deleted, and in clean processes
 `generate.py --model=<file>` prints what `generate.py --model_dir=<run>`
@@ -20,10 +20,11 @@ import sys
 import pytest
 
 from tests.helpers import PROJECT_ROOT
+from tests.helpers.families import names
 from tests.helpers.runs import build_data, make_family_run
 
 TOKENIZERS = ("word", "sentencepiece", "byte")
-FAMILIES = ("transformer_xl", "sha_rnn")
+FAMILIES = names()  # the registry's, in its order (it seeds the runs)
 PROMPT = "The game of the year"
 # generate.py flags of each case (sampled with top-k/top-p/temperature, or greedy).
 SAMPLING = {"num_tokens": 12, "num_samples": 2, "seed": 7, "top_k": 40, "top_p": 0.95,

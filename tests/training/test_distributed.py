@@ -15,6 +15,7 @@ import sys
 import numpy as np
 import pytest
 
+from tests.helpers.families import names, no_dropout_flags, tiny_flags
 from tests.helpers.trainers import SPAN_TINY
 
 STEPS = 5
@@ -24,14 +25,14 @@ _TRAIN_FLAGS = ["--learning_rate=3e-3", "--clip_norm=0.5",
                 "--weight_decay=0.01", "--arch_warmup_steps=1", "--eval_mem_len=8",
                 f"--max_steps={STEPS}", "--log_interval=1", "--eval_max_records=4",
                 "--sample_tokens=0", "--deterministic"]
-# Per family: its tiny preset, dropout off (SHA-RNN: with LAMB, its recipe).
-# Transformer-XL with 2 supernet blocks, not 4: agreement does not depend on
+# Per family (the registry's): its test run (tiny preset; SHA-RNN: lamb_sharnn, its recipe),
+# dropout off. Transformer-XL with 2 supernet blocks, not 4: agreement does not depend on
 # depth, and every block adds tracing time to each of the five trainers.
+_TUNING = {"transformer_xl": ["--num_blocks=2"]}
 _FAMILY_FLAGS = {
-    "transformer_xl": ["--preset=tiny", "--num_blocks=2", "--dropout=0"],
-    "sha_rnn": ["--model_family=sha_rnn", "--preset=sha_rnn_tiny", "--dropout=0",
-                "--dropout_input=0", "--dropout_hidden=0", "--attn_dropout=0",
-                "--optimizer=lamb_sharnn"],
+    **{family: [*tiny_flags(family), *no_dropout_flags(family), *_TUNING.get(family, [])]
+       for family in names()},
+    # Variants added on purpose:
     # The adaptive-span reference's optimizer (adagrad_clip) and model options.
     # Its epsilon of 1e-10 turns gradients that are zero up to rounding into
     # full steps of either sign (test_xla.py says more), so the replicas'
@@ -46,8 +47,9 @@ _FAMILY_FLAGS = {
 # The families the multi-worker workers train too. An optimizer's update is the same code
 # under either strategy (the gradients arrive summed over replicas or over workers): the
 # mirrored trainers check Muon and Lion; the workers' runs check the data, the collective
-# and the chief's files, which the optimizer does not change.
-_WORKER_FAMILIES = ("adaptive_span", "sha_rnn", "transformer_xl")
+# and the chief's files, which the optimizer does not change: the registered families and
+# the adaptive spans.
+_WORKER_FAMILIES = tuple(sorted([*names(), "adaptive_span"]))
 
 # Child: per family (argv[3], JSON family -> flags), the same global batches
 # through `default`, `mirrored` (2 replicas) and mirrored with --batch_split=2

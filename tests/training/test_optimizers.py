@@ -17,16 +17,20 @@ import re
 import numpy as np
 import pytest
 
+from tests.helpers.families import names, no_dropout_flags, tiny_flags
+
 LR, WD = 1e-2, 0.5
-_FAMILY_FLAGS = {
-    # The supernet with adaptive spans and one shared pair u, v; 2 blocks, not
-    # the tiny preset's 4: every block has every role, and adds tracing time.
-    "transformer_xl": ["--preset=tiny", "--num_blocks=2", "--dropout=0",
-                       "--attention=adaptive_span", "--span_max=16", "--span_ramp=4",
-                       "--nountie_rel_bias", "--arch_warmup_steps=0"],
-    "sha_rnn": ["--model_family=sha_rnn", "--preset=sha_rnn_tiny", "--dropout=0",
-                "--dropout_input=0", "--dropout_hidden=0", "--attn_dropout=0"],
+# Per family (the registry's): its test run, dropout off, and what this test tunes. The
+# Transformer-XL: the supernet with adaptive spans and one shared pair u, v; 2 blocks, not
+# the tiny preset's 4: every block has every role, and adds tracing time.
+_TUNING = {
+    "transformer_xl": ["--num_blocks=2", "--attention=adaptive_span", "--span_max=16",
+                       "--span_ramp=4", "--nountie_rel_bias", "--arch_warmup_steps=0"],
 }
+_FAMILY_FLAGS = {family: [*tiny_flags(family), *no_dropout_flags(family),
+                          *_TUNING.get(family, [])] for family in names()}
+# Flags of further cases of a family (beside its own run, no flags).
+_VARIANTS = {"transformer_xl": [["--untie_rel_bias"], ["--attention=relative"]]}
 # Independent of model/interface.py: the last path component of a weight that
 # must never be decayed, and of one that must be.
 NOT_DECAYED = re.compile(r"^(.*_)?bias$|^(gamma|beta|span|s_q|s_k|s_v|arch_logits)$")
@@ -50,8 +54,7 @@ def _leaf(variable):
 
 
 @pytest.mark.parametrize("family,flags", [
-    ("transformer_xl", []), ("transformer_xl", ["--untie_rel_bias"]),
-    ("transformer_xl", ["--attention=relative"]), ("sha_rnn", [])])
+    (family, flags) for family in names() for flags in [[], *_VARIANTS.get(family, [])]])
 def test_decayed_set_is_chosen_by_role(tiny_data, tmp_path, family, flags):
     from model.families import build_model
 
@@ -73,7 +76,7 @@ def test_decayed_set_is_chosen_by_role(tiny_data, tmp_path, family, flags):
         assert len(shared) == (1 if "--untie_rel_bias" not in flags else
                                config.model.num_blocks)
         assert groups["arch"] and not decayed & {id(v) for v in groups["arch"]}
-    else:
+    elif family == "sha_rnn":
         assert {"s_q", "s_k", "s_v", "bias", "gamma", "beta"} <= leaves
         assert "recurrent_kernel" in {_leaf(v) for v in weights if id(v) in decayed}
 

@@ -20,18 +20,20 @@ import time
 import numpy as np
 import pytest
 
+from tests.helpers.families import names, tiny_flags
 from tests.helpers.trainers import SPAN_TINY
 
 STEPS = 30
 CHECKPOINT_EVERY = 10
 
 
-# Per family: its tiny preset (SHA-RNN with LAMB, its recipe's optimizer).
-# Transformer-XL with 2 supernet blocks, not 4: exact resume does not depend on
+# Per family (the registry's): its test run (tiny preset; SHA-RNN with LAMB, its recipe's
+# optimizer). Transformer-XL with 2 supernet blocks, not 4: exact resume does not depend on
 # depth, and every block adds tracing time to each of the three runs.
+_TUNING = {"transformer_xl": ["--num_blocks=2"]}
 _FAMILY_FLAGS = {
-    "transformer_xl": ["--preset=tiny", "--num_blocks=2"],
-    "sha_rnn": ["--model_family=sha_rnn", "--preset=sha_rnn_tiny", "--optimizer=lamb_sharnn"],
+    **{family: [*tiny_flags(family), *_TUNING.get(family, [])] for family in names()},
+    # Variants added on purpose:
     # Fast architecture learning and a short window: freezes before and after step 10.
     "transformer_xl_freezing": ["--preset=tiny", "--num_blocks=3", "--arch_learning_rate=0.3",
                                 "--freeze_threshold=0.6", "--freeze_window=3"],
