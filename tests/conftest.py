@@ -88,7 +88,7 @@ def _train_tiny_run(data_dir, model_dir, family):
     from training.setup.config import TrainConfig
 
     meta = data_utils.load_meta(str(data_dir))
-    preset = "tiny" if family == "transformer_xl" else "sha_rnn_tiny"
+    preset = get_family(family).tiny_preset
     # A fixed Transformer-XL (afaf): a 4-step supernet search may derive no attention.
     fixed = {"architecture": "transformer_xl"} if family == "transformer_xl" else {}
     model = get_family(family).preset_config(preset, vocab_size=meta["vocab_size"], **fixed)

@@ -1,10 +1,11 @@
-"""A sampler defined here, registered for the test only, works on every generation path.
+"""A sampler registered for the test only (tests/helpers/samplers.py) works on every
+generation path.
 
 `AlwaysToken` ("always_token") draws the token `k` whatever the model says, so
 its output is known in advance: the Python API (`lm.generate(...,
 sampler="always_token", sampler_args={"k": ...})`), generate.py
 (`--sampler=always_token --sampler_args=k=...`, in a child process that
-registers it from this file) and a SavedModel exported while it is registered
+registers it from tests/helpers/samplers.py) and a SavedModel exported while it is registered
 (`generate_with_sampler`) all give k at every position, with no product file
 edited. `Ranked` ("ranked") takes the `rank`-th most likely token: rank 0 is the
 built-in greedy decoding, rank 1 something else. Both are unregistered in a
@@ -19,48 +20,10 @@ import sys
 import numpy as np
 import pytest
 
-from tests.helpers import PROJECT_ROOT
 from tests.helpers.runs import make_family_run
+from tests.helpers.samplers import register, unregister
 
 PROMPT = "the game was"
-
-
-def _classes():
-    import tensorflow as tf
-
-    from samplers.base import Param, Sampler
-
-    class AlwaysToken(Sampler):
-        name = "always_token"
-        params = (Param("k", None, low=0, integer=True),)
-
-        def __call__(self, log_probs, seeds):
-            return tf.fill(tf.shape(log_probs)[:1], tf.cast(self.k, tf.int32))
-
-    class Ranked(Sampler):
-        name = "ranked"
-        params = (Param("rank", 0, low=0, high=3, integer=True),)
-
-        def __call__(self, log_probs, seeds):
-            order = tf.argsort(log_probs, axis=-1, direction="DESCENDING", stable=True)
-            return tf.gather(order, tf.cast(self.rank, tf.int32), axis=1)
-
-    return AlwaysToken, Ranked
-
-
-def register():
-    """Registers this file's samplers (the generate.py child calls it too)."""
-    from samplers.registry import register_sampler
-
-    for cls in _classes():
-        register_sampler(cls, replace=True)  # a fresh class per call
-
-
-def unregister():
-    from samplers.registry import unregister_sampler
-
-    for name in ("always_token", "ranked"):
-        unregister_sampler(name)
 
 
 @pytest.fixture(scope="module")
@@ -119,8 +82,7 @@ def test_a_registered_sampler_through_the_python_api(package):
 # generate.py with this file's samplers registered first (argv: the script's flags).
 _CLI_WRAPPER = """
 import runpy, sys
-sys.path.insert(0, {root!r})
-from tests.serving.test_custom_sampler import register
+from tests.helpers.samplers import register  # the child's PYTHONPATH is the project root
 register()
 sys.argv[0] = "generate.py"
 runpy.run_path("generate.py", run_name="__main__")
@@ -131,7 +93,7 @@ runpy.run_path("generate.py", run_name="__main__")
 def test_a_registered_sampler_through_generate_py(package, tmp_path, cli_cases):
     _, run, path = package
     wrapper = tmp_path / "generate_with_test_samplers.py"
-    wrapper.write_text(_CLI_WRAPPER.format(root=str(PROJECT_ROOT)), encoding="utf-8")
+    wrapper.write_text(_CLI_WRAPPER, encoding="utf-8")
     common = [str(wrapper), f"--model={path}", f"--prompt={PROMPT}", "--num_tokens=5"]
     results = cli_cases(None, {
         "k3": [*common, "--sampler=always_token", "--sampler_args=k=3"],
