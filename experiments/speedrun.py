@@ -92,6 +92,10 @@ RUNS_TABLE = {run.name: run for run in (
     Run("e9_lr3e3", "learning rate 3e-3, dropout 0.1, 9 epochs",
         ("--epochs=9", "--learning_rate=3e-3", "--eval_interval=2726",
          "--checkpoint_interval=2726")),
+    Run("e9_muon_lr2e3", "Muon (Adam on the embedding and softmax), learning rate 2e-3, "
+        "dropout 0.1, 9 epochs",
+        ("--epochs=9", "--optimizer=muon", "--learning_rate=2e-3", "--eval_interval=2726",
+         "--checkpoint_interval=2726")),
     # The fast recipe at its full length on one core: its quality (the record's wall
     # time needs both cores).
     Run("fast_seed0_one_core", "--recipe=fast at its full length, one core",
