@@ -92,6 +92,13 @@ RUNS_TABLE = {run.name: run for run in (
     Run("e9_lr3e3", "learning rate 3e-3, dropout 0.1, 9 epochs",
         ("--epochs=9", "--learning_rate=3e-3", "--eval_interval=2726",
          "--checkpoint_interval=2726")),
+    Run("e9_muon_lr2e3", "Muon (Adam on the embedding and softmax), learning rate 2e-3, "
+        "dropout 0.1, 9 epochs",
+        ("--epochs=9", "--optimizer=muon", "--learning_rate=2e-3", "--eval_interval=2726",
+         "--checkpoint_interval=2726")),
+    Run("e11_muon_lr2e3", "Muon, learning rate 2e-3, dropout 0.1, 11 epochs",
+        ("--epochs=11", "--optimizer=muon", "--learning_rate=2e-3", "--eval_interval=2726",
+         "--checkpoint_interval=2726")),
     # The fast recipe at its full length on one core: its quality (the record's wall
     # time needs both cores).
     Run("fast_seed0_one_core", "--recipe=fast at its full length, one core",
@@ -154,6 +161,16 @@ def _row(spec, run_dir, timing):
             "test_ppl": round(best["test"]["perplexity"], 2)}
 
 
+def _with_earlier_rows(rows):
+    """`rows` (of the runs named to `report`) with runs.json's rows of the other runs, in
+    RUNS_TABLE order: naming a run collects it without dropping the others."""
+    path = RESULTS / "runs.json"
+    earlier = json.loads(path.read_text(encoding="utf-8"))["runs"] if path.is_file() else []
+    by_name = {row["name"]: row for row in earlier}
+    by_name.update({row["name"]: row for row in rows})
+    return [by_name[name] for name in RUNS_TABLE if name in by_name]
+
+
 def report(names=None):
     """Collects every finished run (or `names`) and writes runs.json and summary.json."""
     rows = []
@@ -176,6 +193,7 @@ def report(names=None):
                                                encoding="utf-8")
         rows.append(_row(spec, run_dir, timing))
     RESULTS.mkdir(parents=True, exist_ok=True)
+    rows = _with_earlier_rows(rows) if names else rows
     (RESULTS / "runs.json").write_text(json.dumps({"runs": rows}, indent=1) + "\n",
                                        encoding="utf-8")
     records = [r for r in rows if r["record"]]

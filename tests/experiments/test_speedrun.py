@@ -71,6 +71,11 @@ def test_report_collects_a_finished_run(trained_run, tmp_path, monkeypatch):
     assert summary["cores"] == 2 and summary["runs"] == [
         {"architecture": row["architecture"], "seed": row["seed"], "wall_min": 2.0,
          "test_ppl": row["test_ppl"]}]
+    # Collecting one run by name keeps the other runs' rows, in the table's order.
+    earlier = {"name": "s3_base", "record": False}
+    (results / "runs.json").write_text(json.dumps({"runs": [earlier, row]}))
+    assert speedrun.report([name]) == [earlier, row]
+    assert json.loads((results / "runs.json").read_text())["runs"] == [earlier, row]
 
 
 @pytest.mark.parametrize("argv", [["run", "no_such_run"], []])
