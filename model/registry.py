@@ -50,6 +50,9 @@ class Family:
             (what the adaptive softmax's cutoff solver prices).
         evaluation_settings: the config fields an evaluation may change on a trained
             run, the weights staying valid (evaluate.py makes them flags).
+        keras_model_names: the Keras registered names of the family's model class
+            ("par>TransformerXLLM"): a `.keras` file holding one alone is a bare model
+            an older export.py wrote, without its tokenizer.
     """
 
     name: str
@@ -67,6 +70,7 @@ class Family:
     summary_fields: tuple = ()
     softmax_width: Callable = _d_model
     evaluation_settings: tuple = ()
+    keras_model_names: tuple = ()
 
     def __post_init__(self):
         if not self.package:

@@ -52,8 +52,6 @@ register_keras_objects()
 
 PACKAGE_CLASS = "par>PackagedLM"
 STORAGE_DTYPES = ("float32", "float16", "bfloat16")
-# Registered names of the bare models older export.py versions wrote.
-_BARE_MODELS = ("par>TransformerXLLM", "par>ShaRnnLM")
 
 
 @keras.saving.register_keras_serializable(package="par")
@@ -309,7 +307,7 @@ def check_package_file(path):
     """Raises PackageError unless `path` is a `.keras` package with its tokenizer."""
     path = os.fspath(path)
     name = _registered_name(path)
-    if name in _BARE_MODELS:
+    if any(name in family.keras_model_names for family in FAMILIES.values()):
         raise PackageError(
             f"--model={path} holds a model without its tokenizer (a .keras file written by an "
             "older export.py): export it again from its run directory, python3 export.py "

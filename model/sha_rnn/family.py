@@ -23,4 +23,5 @@ FAMILY = register_family(Family(
     package=__package__,
     train_defaults=presets.TRAIN_DEFAULTS,
     summary_fields=("d_model", "num_layers"),
+    keras_model_names=("par>ShaRnnLM",),
 ))

@@ -20,4 +20,5 @@ FAMILY = register_family(Family(
     model_flags=(flags.ARCHITECTURE,),
     summary_fields=("architecture", "d_model", "num_blocks"),
     evaluation_settings=("clamp_len", "same_length"),
+    keras_model_names=("par>TransformerXLLM",),
 ))
