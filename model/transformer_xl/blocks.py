@@ -1,9 +1,10 @@
 """The block registry: every block type of a PAR network, by letter.
 
 A PAR network (Mandava et al. 2020, arXiv 2009.04534) is a string of blocks,
-one letter each; the supernet's stochastic block chooses among every
-registered type. One `BlockSpec` per type says everything the rest of the
-project needs about it:
+one letter each; the supernet's stochastic block chooses among its config's
+`candidates` (by default every type registered when the config is made; a
+config.json written before the field searched "afi"). One `BlockSpec` per type
+says everything the rest of the project needs about it:
 
     name             candidate name ("attention"): the layer's name inside a
                      stochastic block, its attribute `<name>_layer`, the
@@ -20,13 +21,13 @@ project needs about it:
     param_count      (config) -> parameters of one such block
     color            its colour in the plots
 
-The registry order is the candidates' order in a stochastic block (the
+The registry order is the default candidates' order in a stochastic block (the
 columns of its architecture logits): attention, dense, identity, the order
 saved checkpoints hold the logits in. Adding a block type is one
-`register(BlockSpec(...))` (and its layer's module); the stochastic block,
-fixed architectures, FLOPs and parameter counts, derivation, plots and the
-search plug-in read the registry. A network keeps the candidates registered
-when it was built.
+`register(BlockSpec(...))` (and its layer's module); new configs then record it
+among their `candidates`, which the stochastic block, FLOPs and parameter counts,
+derivation, plots and the search plug-in read, so earlier runs keep loading with
+the candidates they searched.
 
 Importing this module does not load TensorFlow (layers are imported by the
 factories when called).

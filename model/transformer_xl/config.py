@@ -7,13 +7,20 @@ arguments. Every field is checked in `__post_init__`, and a bad value raises a
 `ValueError` that names the field and says how to fix it.
 
 Architectures (PAR, Mandava et al. 2020, arXiv 2009.04534):
-    "supernet":        every block is a stochastic choice between attention,
-                       dense (feed-forward) and identity.
+    "supernet":        every block is a stochastic choice among the block
+                       types of `candidates` (attention, dense
+                       (feed-forward) and identity: "afi").
     "transformer_xl":  the standard Transformer-XL, "af" repeated
                        num_blocks // 2 times (num_blocks must be even).
     "aafiaf...":       a fixed string of length num_blocks over the block
                        letters of model/transformer_xl/blocks.py: a
                        (attention), f (feed-forward), i (identity).
+
+`candidates` records the block types a supernet chooses among, in the order of
+its architecture logits' columns: a new config takes every type registered in
+blocks.py when it is made (None), and a config.json or Keras config written
+before the field existed loads with the three built-in types its run searched
+(`BUILTIN_CANDIDATES`, "afi"; see `ModelConfig.from_dict`).
 """
 
 import dataclasses
@@ -34,6 +41,9 @@ INITS = ("default", "pytorch")
 SEARCH_MODES = ("soft", "hard")
 HARD_GRADIENTS = ("all", "chosen")
 EVAL_MODES = ("argmax", "expected")
+# The candidates of every config written before `candidates` existed: the three
+# built-in block types, the columns of their checkpoints' architecture logits.
+BUILTIN_CANDIDATES = "afi"
 
 
 def transformer_xl_architecture(num_blocks):
@@ -65,6 +75,11 @@ class ModelConfig(ConfigBase):
         d_ffn: inner width F of the feed-forward blocks.
         num_blocks: number of blocks (a Transformer-XL layer is two blocks).
         architecture: "supernet", "transformer_xl" or an a/f/i string.
+        candidates: the block letters a supernet chooses among, in the order
+            of its architecture logits' columns; None (the default) is
+            replaced by every type registered when the config is made
+            (`blocks.letters()`, "afi" unless more are registered). Fixed
+            architectures do not read it.
         attention: "relative" or "adaptive_span".
         mem_len: memory length M kept between segments during training.
         clamp_len: clamp relative distances to this value; <= 0: no clamping
@@ -114,6 +129,9 @@ class ModelConfig(ConfigBase):
     d_ffn: int = _field(512, "Inner width of the dense (feed-forward) blocks.")
     num_blocks: int = _field(6, "Blocks (a Transformer-XL layer is two: attention + dense).")
     architecture: str = _field(SUPERNET, "supernet, transformer_xl or an a/f/i string.")
+    candidates: str | None = _field(
+        None, "Block types a supernet chooses among, as letters such as af (presets: every "
+        "registered type, afi).")
     attention: str = _field("relative", "Attention kind.", ATTENTIONS)
     mem_len: int = _field(16, "Memory length M during training.")
     clamp_len: int = _field(-1, "Clamp relative distances to this (<= 0: no clamping).")
@@ -162,8 +180,27 @@ class ModelConfig(ConfigBase):
     eval_mode: str = _field("argmax", "Supernet blocks at evaluation.", EVAL_MODES)
     seed: int = _field(0, "Seed of initialisation, dropout and Gumbel noise.")
 
+    def __post_init__(self):
+        if self.candidates is None:  # a new config: the block types registered now
+            object.__setattr__(self, "candidates", blocks.letters())
+        super().__post_init__()
+
+    @classmethod
+    def from_dict(cls, values):
+        """Inverse of `to_dict`; unknown keys raise ValueError listing them.
+
+        A dict without "candidates" was written before the field existed (a
+        run's config.json, a `.keras` file's config): its supernet chose among
+        the three built-in types, so it loads with BUILTIN_CANDIDATES whatever
+        is registered now. (The presets say None: every registered type.)
+        """
+        if "candidates" not in values:
+            values = {**values, "candidates": BUILTIN_CANDIDATES}
+        return super().from_dict(values)
+
     def validate(self):
         self._check_sizes()
+        self._check_candidates()
         self._check_architecture()
         check_softmax_fields(self)
         self._check_attention()
@@ -189,6 +226,18 @@ class ModelConfig(ConfigBase):
             value = getattr(self, field)
             if not 0.0 <= value < 1.0:
                 raise ValueError(f"{field} must be in [0, 1), got {value}")
+
+    def _check_candidates(self):
+        letters = self.candidates
+        unknown = sorted(set(letters) - set(blocks.letters()))
+        problem = ("is empty" if not letters
+                   else f"has unregistered letters {unknown}" if unknown
+                   else "repeats a letter" if len(set(letters)) != len(letters) else None)
+        if problem:
+            raise ValueError(
+                f"candidates={letters!r} {problem}: list the block types a supernet chooses "
+                f"among, each once, by their letters: {blocks.describe()}"
+            )
 
     def _check_architecture(self):
         arch = self.architecture
@@ -253,6 +302,26 @@ class ModelConfig(ConfigBase):
     def head_size(self):
         """int: the head size H (d_head, or d_model // num_heads)."""
         return self.d_head if self.d_head is not None else self.d_model // self.num_heads
+
+    @property
+    def candidate_specs(self):
+        """tuple of the BlockSpecs of `candidates`, in their order (a supernet block's
+        candidates, the columns of its architecture logits)."""
+        return tuple(blocks.get(letter) for letter in self.candidates)
+
+    def block_specs(self, architecture=None):
+        """The BlockSpecs a network of this config speaks of: its candidates, then any
+        other type its fixed architecture uses (registry order).
+
+        Args:
+            architecture: a fixed string to use instead of the config's; None: the
+                config's ("supernet" adds nothing to the candidates).
+        """
+        arch = self.architecture if architecture is None else architecture
+        if arch == TRANSFORMER_XL:
+            arch = transformer_xl_architecture(self.num_blocks)
+        others = set() if arch == SUPERNET else set(arch) - set(self.candidates)
+        return self.candidate_specs + tuple(s for s in blocks.specs() if s.letter in others)
 
     @property
     def resolved_architecture(self):

@@ -15,7 +15,8 @@ Conventions: a multiply-add is 2 FLOPs; only matrix products are counted
 lookup are a few FLOPs per element and are left out). Attention is counted as
 the layers compute it: the full [T, K] score matrix, masked entries included.
 The counts of one block of each type are model/transformer_xl/block_costs.py's,
-read here through the block registry.
+read here through the block registry; a supernet counts its config's
+`candidates`.
 """
 
 from model.config_base import tail_dims
@@ -101,7 +102,7 @@ def forward_flops_per_token(
         architecture: "supernet", "transformer_xl" or an a/f/i string of
             length num_blocks; None uses config.architecture. "supernet"
             counts a soft search step: every block computes every
-            candidate (identity is free).
+            candidate of `config.candidates` (identity is free).
         seq_len: int, segment length T (required: it is not a model field).
         mem_len: int, memory length M; None uses config.mem_len.
         batch_size: int or None, see `attention_flops_per_token`.
@@ -112,11 +113,12 @@ def forward_flops_per_token(
             trimming its memory.
 
     Returns:
-        dict of floats: "embedding", one entry per registered block type
-        (model/transformer_xl/blocks.py) by name with the FLOPs of all its
-        blocks ("attention", "dense", "identity"), "blocks" (their sum),
-        "head", "total", and "num_<name>" (block counts, "num_attention",
-        "num_dense", ...).
+        dict of floats: "embedding", one entry per block type of the
+        network (`config.block_specs(architecture)`: the config's
+        candidates, then any other type the string uses) by name with the
+        FLOPs of all its blocks ("attention", "dense", "identity"),
+        "blocks" (their sum), "head", "total", and "num_<name>" (block
+        counts, "num_attention", "num_dense", ...).
     """
     arch = _architecture(config, architecture)
     if seq_len is None or seq_len < 1:
@@ -125,15 +127,15 @@ def forward_flops_per_token(
     mem_len = config.mem_len if mem_len is None else mem_len
     if mem_len < 0:
         raise ValueError(f"mem_len must be >= 0, got {mem_len}")
-    every = blocks.letters()
-    letters = [every] * config.num_blocks if arch == SUPERNET else list(arch)
-    counts = {spec.name: sum(spec.letter in b for b in letters) for spec in blocks.specs()}
-    num_memory = sum(counts[spec.name] for spec in blocks.specs() if spec.carries_memory)
+    specs = config.block_specs(arch)
+    letters = [config.candidates] * config.num_blocks if arch == SUPERNET else list(arch)
+    counts = {spec.name: sum(spec.letter in b for b in letters) for spec in specs}
+    num_memory = sum(counts[spec.name] for spec in specs if spec.carries_memory)
     spans = list(spans) if spans is not None else [None] * num_memory
     if len(spans) != num_memory:
         raise ValueError(f"spans has {len(spans)} entries for {num_memory} attention blocks")
     spans = iter(spans)
-    per_type = {spec.name: 0.0 for spec in blocks.specs()}
+    per_type = {spec.name: 0.0 for spec in specs}
     for block in letters:
         for letter in block:
             spec = blocks.get(letter)
@@ -174,8 +176,9 @@ def param_count(config, architecture=None):
     Args:
         config: ModelConfig.
         architecture: as in `forward_flops_per_token`; None uses
-            config.architecture ("supernet" includes every candidate and the
-            architecture logits, one per candidate, of every block).
+            config.architecture ("supernet" includes every candidate of
+            `config.candidates` and the architecture logits, one per
+            candidate, of every block).
 
     Returns:
         int, equal to `build_model(config).count_params()` for that
@@ -186,7 +189,7 @@ def param_count(config, architecture=None):
     layer_norm = 2 * d
     rel_bias = 2 * config.num_heads * config.head_size  # one shared pair u, v for the model
     if arch == SUPERNET:  # every candidate and the architecture logits per block
-        specs = blocks.specs()
+        specs = config.candidate_specs
         block_params = config.num_blocks * (sum(s.param_count(config) for s in specs) + len(specs))
         attends = any(s.carries_memory for s in specs)
     else:

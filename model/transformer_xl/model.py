@@ -3,13 +3,14 @@
 Transformer-XL (Dai et al. 2019, arXiv 1901.02860) with the block view of PAR
 (Mandava et al. 2020, arXiv 2009.04534): a network is `num_blocks` blocks,
 each attention ("a"), dense/feed-forward ("f") or identity ("i"); in the
-supernet every block is a `StochasticBlock` choosing among the three.
+supernet every block is a `StochasticBlock` choosing among the config's
+`candidates` (the three: "afi").
 
 Size glossary:
     B: batch size.            T: segment length.
     M: memory length.         D: model width (d_model).
     V: vocabulary size.       N: heads.
-    C: candidates per block (3).
+    C: candidates per block (len(config.candidates), 3 for "afi").
 
 Data flow:
     ids [B, T] -> embedding * sqrt(D) (init="pytorch": unscaled) -> dropout
@@ -153,7 +154,7 @@ class TransformerXLLM(keras.Model):
         # and passed to the layers at call time. None when untied or no block
         # can attend.
         self.content_bias = self.position_bias = None
-        if not self.untie_rel_bias and self.num_mems:
+        if not self.untie_rel_bias and self._attends:
             shape = (self.num_heads, config.head_size)  # [N, H]
             self.content_bias = self.add_weight(
                 name="content_bias",
@@ -170,7 +171,7 @@ class TransformerXLLM(keras.Model):
         # table [S, H], one for every attention layer and head, owned here and
         # passed to the layers at call time (as the shared u, v above).
         self.key_positions = None
-        if config.learned_key_positions and self.num_mems:
+        if config.learned_key_positions and self._attends:
             self.key_positions = self.add_weight(
                 name="key_positions",
                 shape=(self.span_max, config.head_size),
@@ -245,6 +246,14 @@ class TransformerXLLM(keras.Model):
             return [(None, block) for block in self.blocks]
         return [(spec, None if index is None else self.blocks[index])
                 for spec, index in self._plan]
+
+    @property
+    def _attends(self):
+        """bool: some block can attend (a memory-carrying type among a supernet's
+        candidates or in the fixed string)."""
+        if self._resolved == SUPERNET:
+            return any(spec.carries_memory for spec in self.model_config.candidate_specs)
+        return self.num_mems > 0
 
     @property
     def num_mems(self):
@@ -367,7 +376,8 @@ class TransformerXLLM(keras.Model):
     def attention_layers(self):
         """Attention sub-layers in block order (every block's candidate in a supernet)."""
         if self._resolved == SUPERNET:
-            return [block.attention_layer for block in self.blocks]
+            return [block.attention_layer for block in self.blocks
+                    if blocks.ATTENTION in block.candidates]
         return [layer for spec, layer in self._memory_blocks() if spec is blocks.ATTENTION]
 
     @property
@@ -424,12 +434,14 @@ class TransformerXLLM(keras.Model):
 
     @property
     def arch_probabilities(self):
-        """float32 [num_blocks, C]: softmax(alpha) per block; one-hot when fixed."""
+        """float32 [num_blocks, C]: softmax(alpha) per block over the config's candidates;
+        one-hot when fixed (over the candidates, then any other type the string uses:
+        `ModelConfig.block_specs`)."""
         if self._resolved == SUPERNET:
             return tf.nn.softmax(
                 tf.stack([tf.convert_to_tensor(v) for v in self.arch_variables]), axis=-1
             )
-        letters = blocks.letters()
+        letters = [spec.letter for spec in self.model_config.block_specs()]
         indices = [letters.index(letter) for letter in self._resolved]
         return tf.one_hot(indices, len(letters), dtype=tf.float32)
 

@@ -20,6 +20,10 @@ Presets are dicts of `ModelConfig` keyword arguments:
                  itself: 8 layers (16 blocks), D 256, F 1024, 4 heads, S 1024,
                  M 1024, with its Adagrad recipe (warm-up 8,000, 150,000
                  steps); build enwik8 with --seq_len=256 --batch_size=64.
+
+Every preset says `candidates=None`: its supernet chooses among every block
+type registered when its config is made (a dict without the key reads as a
+config.json written before the field, `ModelConfig.from_dict`).
 """
 
 from model.transformer_xl.config import ModelConfig
@@ -67,6 +71,9 @@ PRESETS["adaptive_span_small"] = dict(
 PRESETS["adaptive_span_enwik8_small"] = dict(
     _SPAN_REFERENCE, d_model=256, num_heads=4, d_ffn=1024, num_blocks=16, span_max=1024,
     mem_len=1024)
+for _preset in PRESETS.values():
+    _preset.setdefault("candidates", None)  # every block type registered at config time
+del _preset
 
 # The reference's optimisation (main.py --optim adagrad --grad-clip 0.03
 # --lr 0.07): its Adagrad with the per-tensor learning-rate throttle

@@ -9,9 +9,8 @@ Size glossary:
     T: segment length.
     M: memory length.
     D: model width (d_model).
-    C: number of candidates: the block types registered in
-       model/transformer_xl/blocks.py when the block is made (attention,
-       dense, identity).
+    C: number of candidates: the block types of the config's `candidates`
+       (model/transformer_xl/blocks.py; "afi": attention, dense, identity).
 
 The block owns architecture logits `alpha` [C] and, while training, mixes its
 candidates `f_k` with `w = softmax((alpha + g) / tau)`, `g = -log(-log U)`:
@@ -50,26 +49,25 @@ import tensorflow as tf
 
 from model import xla
 from model.layers.dropout import draw_seeds, fixed_seeds
-from model.transformer_xl import blocks
 from model.transformer_xl.config import ModelConfig
 
 # Keeps U inside (0, 1) so that -log(-log U) stays finite in float32.
 _UNIFORM_EPS = 1e-7
 
 
-def gumbel_noise(seed, block_index, step, num_candidates=None):
+def gumbel_noise(seed, block_index, step, num_candidates):
     """Reproducible Gumbel(0, 1) noise for one block and one step.
 
     Args:
         seed: int, the run's seed.
         block_index: int, position of the block in the network.
         step: scalar int tensor or int, the search step.
-        num_candidates: C; None: the registered block types.
+        num_candidates: C, the block's candidates.
 
     Returns:
         float32 [C] noise `-log(-log U)`, U uniform in [eps, 1 - eps].
     """
-    num = len(blocks.specs()) if num_candidates is None else int(num_candidates)
+    num = int(num_candidates)
     base = tf.constant([seed, block_index], tf.int64)
     key = tf.random.experimental.stateless_fold_in(
         base, tf.cast(step, tf.int64), alg=xla.RNG_ALG)  # [2]
@@ -87,18 +85,18 @@ def _mix(weights, branches, dtype):
 
 @keras.saving.register_keras_serializable(package="par")
 class StochasticBlock(keras.layers.Layer):
-    """A supernet block choosing among the registered block types.
+    """A supernet block choosing among the block types of `config.candidates`.
 
     Args:
-        config: the model's `ModelConfig` (or its dict): sizes, dropout,
-            attention kind, search_mode, hard_gradient, hard_rows, eval_mode
-            and seed (see the module docstring).
+        config: the model's `ModelConfig` (or its dict): candidates, sizes,
+            dropout, attention kind, search_mode, hard_gradient, hard_rows,
+            eval_mode and seed (see the module docstring).
         block_index: int, position of this block (decorrelates the noise).
         **kwargs: base `keras.layers.Layer` arguments (name, dtype, ...).
 
     Attributes:
         candidates: the BlockSpecs chosen among (model/transformer_xl/blocks.py),
-            in registry order when the block was made.
+            those of `config.candidates` in its order.
         <name>_layer: the layer of each candidate that has one
             (`attention_layer`, `dense_layer`); the attention candidate's span
             variables give the span loss and spans whichever candidate is
@@ -115,7 +113,7 @@ class StochasticBlock(keras.layers.Layer):
             config = ModelConfig.from_dict(config)
         self.model_config = config
         self.block_index = int(block_index)
-        self.candidates = blocks.specs()
+        self.candidates = config.candidate_specs
         self.frozen = None
         for spec in self.candidates:  # created in candidate order: variable order
             layer = spec.make_layer(config, spec.name, self.dtype_policy, supernet=True)

@@ -83,7 +83,7 @@ def test_soft_weights_sum_to_one_and_mix_the_candidates(inputs):
     for step, tau in [(0, 1.0), (7, 0.3)]:
         weights = block.mixing_weights(tau, step, training=True).numpy()
         assert weights.sum() == pytest.approx(1.0, abs=1e-6)
-        noise = gumbel_noise(block.seed, block.block_index, step).numpy()
+        noise = gumbel_noise(block.seed, block.block_index, step, 3).numpy()
         logits = (np.array([0.5, -0.3, 0.1]) + noise) / tau
         expected_w = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
         np.testing.assert_allclose(weights, expected_w, rtol=1e-5)
@@ -235,11 +235,11 @@ def test_evaluation_is_deterministic_and_noise_free(inputs, eval_mode):
 
 
 def test_noise_is_a_function_of_seed_block_and_step():
-    same = gumbel_noise(3, 1, 5).numpy()
-    np.testing.assert_array_equal(same, gumbel_noise(3, 1, tf.constant(5, tf.int64)).numpy())
-    assert not np.allclose(same, gumbel_noise(3, 1, 6).numpy())
-    assert not np.allclose(same, gumbel_noise(3, 2, 5).numpy())
-    assert not np.allclose(same, gumbel_noise(4, 1, 5).numpy())
+    same = gumbel_noise(3, 1, 5, 3).numpy()
+    np.testing.assert_array_equal(same, gumbel_noise(3, 1, tf.constant(5, tf.int64), 3).numpy())
+    assert not np.allclose(same, gumbel_noise(3, 1, 6, 3).numpy())
+    assert not np.allclose(same, gumbel_noise(3, 2, 5, 3).numpy())
+    assert not np.allclose(same, gumbel_noise(4, 1, 5, 3).numpy())
     # Two separately built blocks with the same (seed, block_index) sample alike.
     first, second = make_block(seed=3, search_mode="hard"), make_block(seed=3, search_mode="hard")
     for step in range(5):
@@ -254,7 +254,7 @@ def test_noise_is_gumbel_and_sampling_follows_softmax():
     steps = tf.range(1500, dtype=tf.int64)
 
     def draw(step):
-        return gumbel_noise(0, 0, step)
+        return gumbel_noise(0, 0, step, 3)
 
     sample = tf.function(lambda: tf.map_fn(draw, steps, fn_output_signature=tf.float32))
     noise = sample().numpy()

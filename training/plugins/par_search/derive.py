@@ -50,22 +50,25 @@ def untrained_reason(arch_probs, updates):
     return None
 
 
-def architecture_from_probs(arch_probs):
+def architecture_from_probs(arch_probs, candidates=None):
     """The architecture string of the argmax of each block's probabilities.
 
     Args:
-        arch_probs: [num_blocks, C] over the registered block types in
-            candidate order (attention, dense, identity); ties go to the
-            earlier candidate.
+        arch_probs: [num_blocks, C] over the candidates in their order;
+            ties go to the earlier candidate.
+        candidates: the supernet's candidate letters (its config's
+            `candidates`, e.g. "afi"); None: those of a new config (every
+            registered block type).
 
     Returns:
         str of length num_blocks.
     """
     probs = np.asarray(arch_probs, dtype=np.float64)
-    letters = blocks.letters()
+    letters = blocks.letters() if candidates is None else candidates
     if probs.ndim != 2 or probs.shape[1] != len(letters) or probs.shape[0] == 0:
         raise ValueError(f"architecture probabilities must have shape [num_blocks, "
-                         f"{len(letters)}] (one column per block type), got {probs.shape}")
+                         f"{len(letters)}] (one column per candidate, {letters}), got "
+                         f"{probs.shape}")
     if not np.all(np.isfinite(probs)):
         raise ValueError("architecture probabilities contain NaN or inf")
     return "".join(letters[i] for i in np.argmax(probs, axis=1))
@@ -77,7 +80,8 @@ def derivation_report(model_config, arch_probs, seq_len, mem_len, batch_size=Non
 
     Args:
         model_config: the supernet's `ModelConfig`.
-        arch_probs: [num_blocks, C] probabilities (e.g. model.arch_probabilities).
+        arch_probs: [num_blocks, C] probabilities over `model_config.candidates`
+            (e.g. model.arch_probabilities).
         seq_len: segment length T the FLOPs are counted for.
         mem_len: memory length M the FLOPs are counted for.
         batch_size: optional batch size (amortises the position projection).
@@ -89,7 +93,7 @@ def derivation_report(model_config, arch_probs, seq_len, mem_len, batch_size=Non
     Returns:
         JSON-serialisable dict:
             architecture: derived a/f/i string.
-            counts: block counts per block type name (attention, dense,
+            counts: block counts per candidate's name (attention, dense,
                 identity).
             probabilities: the [num_blocks, C] input as nested lists.
             flops_per_token: forward FLOPs per token of the derived model.
@@ -111,7 +115,7 @@ def derivation_report(model_config, arch_probs, seq_len, mem_len, batch_size=Non
     Raises:
         ValueError: probabilities of the wrong shape or block count.
     """
-    arch = architecture_from_probs(arch_probs)
+    arch = architecture_from_probs(arch_probs, model_config.candidates)
     if len(arch) != model_config.num_blocks:
         raise ValueError(
             f"got probabilities for {len(arch)} blocks but the model has "
@@ -122,7 +126,7 @@ def derivation_report(model_config, arch_probs, seq_len, mem_len, batch_size=Non
     )
     report = {
         "architecture": arch,
-        "counts": {spec.name: arch.count(spec.letter) for spec in blocks.specs()},
+        "counts": {spec.name: arch.count(spec.letter) for spec in model_config.candidate_specs},
         "probabilities": np.asarray(arch_probs, dtype=np.float64).tolist(),
         "flops_per_token": float(ours["total"]),
         "flops": {k: float(v) for k, v in ours.items()},
@@ -130,7 +134,7 @@ def derivation_report(model_config, arch_probs, seq_len, mem_len, batch_size=Non
         "relative_flops": None,
         "speedup": None,
         "attention_fraction": arch.count("a") / len(arch),
-        "attention_flops_fraction": float(ours["attention"] / ours["total"])
+        "attention_flops_fraction": float(ours.get("attention", 0.0) / ours["total"])
         if ours["total"]
         else 0.0,
         "params": flops.param_count(model_config, arch),

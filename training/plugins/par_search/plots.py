@@ -1,9 +1,11 @@
 """History of the supernet's architecture probabilities and its plots.
 
 `ArchHistory` records, at chosen steps, the [num_blocks, C] probabilities of
-the candidates (the block types of model/transformer_xl/blocks.py:
-attention, dense, identity) of every PAR block (Mandava et al. 2020,
-arXiv 2009.04534) and saves them as JSON (no pickle). `plot_arch_history`
+the candidates (the block types of the run's `candidates`, named as in
+model/transformer_xl/blocks.py: attention, dense, identity) of every PAR
+block (Mandava et al. 2020, arXiv 2009.04534) and saves them as JSON with
+their names (no pickle), so a history reads back with the columns its run
+had. `plot_arch_history`
 draws one panel per block (probability of each choice against the step, the
 step the block was frozen at, if any) and, optionally, an animated GIF of
 the block-by-choice matrix over training.
@@ -31,7 +33,8 @@ _UNKNOWN_COLOR = "#2ca02c"
 
 
 def _spec(name):
-    """The registered BlockSpec called `name`, or None."""
+    """The registered BlockSpec called `name`, or None (a history's choice that is not
+    registered now is still plotted, with "?" and a fixed colour)."""
     return next((s for s in blocks.specs() if s.name == name), None)
 
 
@@ -49,8 +52,9 @@ class ArchHistory:
     """Architecture probabilities over training: a list of (step, probs).
 
     Steps are strictly increasing; `probs` are float64 arrays [num_blocks, C]
-    over `choices` (the candidate names; default: the registered block types,
-    attention, dense, identity).
+    over `choices`: the candidates' names, the supernet's (its config's
+    `candidates`); default: those of a new config, every registered block
+    type (attention, dense, identity).
     """
 
     def __init__(self, entries=(), choices=None):

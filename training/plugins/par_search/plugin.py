@@ -91,7 +91,9 @@ class ParSearch(Plugin):
         if self.searching and config.search.search_cost_coef > 0:
             self._costs, self._fixed_cost = candidate_costs(
                 config.model, config.seq_len, config.model.mem_len)
-        self.history = plots.ArchHistory()
+        # The candidates' names, the columns of the probabilities (the model's config's).
+        self.choices = tuple(spec.name for spec in model.model_config.candidate_specs)
+        self.history = plots.ArchHistory(choices=self.choices)
         self.freezing = self.searching and config.search.freeze_threshold > 0
         self.freeze_state = FreezeState(model.num_blocks) if self.searching else None
         self.stability = None
@@ -385,7 +387,7 @@ class ParSearch(Plugin):
         if not self.searching:
             return
         probs = np.asarray(self.model.arch_probabilities)
-        arch_summaries.write_architecture(summaries, step, probs)
+        arch_summaries.write_architecture(summaries, step, probs, self.choices)
         self.history.append(step, probs)
         self.history.save(model_dir)
 

@@ -1,7 +1,8 @@
 """The PAR search's summaries.
 
 TensorBoard: the per-block probabilities of the candidates (the block types of
-model/transformer_xl/blocks.py) as scalars `arch/block_NN/<candidate>` and as a
+the run's `candidates`, model/transformer_xl/blocks.py) as scalars
+`arch/block_NN/<candidate>` and as a
 block-by-choice heat map `arch/probabilities`, written to the train writer by
 `ParSearch.on_log` through the run's `training.report.tensorboard.TrainSummaries`.
 
@@ -32,7 +33,7 @@ def _heat_colors(probs):
     return np.round(low + (high - low) * p).astype(np.uint8)
 
 
-def arch_image(probs, cell=_CELL):
+def arch_image(probs, cell=_CELL, choices=None):
     """Block-by-choice heat map of architecture probabilities.
 
     Rows are blocks (block 0 at the top), columns the candidates (attention,
@@ -41,21 +42,25 @@ def arch_image(probs, cell=_CELL):
     Args:
         probs: [num_blocks, C] probabilities.
         cell: pixels per cell side.
+        choices: the candidates' names (see `check_probs`).
 
     Returns:
         uint8 array [num_blocks * cell, C * cell, 3].
     """
-    probs = check_probs(probs)
+    probs = check_probs(probs, choices)
     image = np.repeat(np.repeat(_heat_colors(probs), cell, axis=0), cell, axis=1)
     image[::cell, :, :] = 160
     image[:, ::cell, :] = 160
     return image
 
 
-def check_probs(probs):
-    """probs as float64 [num_blocks, C], checked (ValueError naming the shape or NaN)."""
+def check_probs(probs, choices=None):
+    """probs as float64 [num_blocks, C], checked (ValueError naming the shape or NaN).
+
+    `choices` are the names of the C candidates (the run's `candidates`); None: those
+    of a new config (every registered block type)."""
     probs = np.asarray(probs, dtype=np.float64)
-    num = len(blocks.specs())
+    num = len(blocks.names() if choices is None else choices)
     if probs.ndim != 2 or probs.shape[1] != num or probs.shape[0] == 0:
         raise ValueError(
             f"architecture probabilities must have shape [num_blocks, {num}], got {probs.shape}"
@@ -65,20 +70,22 @@ def check_probs(probs):
     return probs
 
 
-def write_architecture(summaries, step, probs):
+def write_architecture(summaries, step, probs, choices=None):
     """Writes per-block choice probabilities and their heat map (train writer).
 
     Args:
         summaries: the run's `training.report.tensorboard.TrainSummaries`.
         step: global step.
-        probs: [num_blocks, C] probabilities of the registered block types.
+        probs: [num_blocks, C] probabilities of the candidates.
+        choices: the candidates' names, the supernet's (its config's
+            `candidates`); None: those of a new config (every registered block type).
     """
-    probs = check_probs(probs)
-    names = blocks.names()
+    names = tuple(blocks.names() if choices is None else choices)
+    probs = check_probs(probs, names)
     summaries.tagged_scalars(step, {
         f"arch/block_{block:02d}/{choice}": float(p)
         for block, row in enumerate(probs) for choice, p in zip(names, row)})
-    summaries.image(step, "arch/probabilities", arch_image(probs), description=(
+    summaries.image(step, "arch/probabilities", arch_image(probs, choices=names), description=(
         f"Rows: blocks 0 (input side) to {len(probs) - 1}; columns: {', '.join(names)}; "
         "darker is more probable."))
 
