@@ -74,3 +74,19 @@ def test_a_later_stage_must_have_finished_too(tmp_path, tiny_data):
     (retrain / "metrics.json").write_text(json.dumps({"step": 2}), encoding="utf-8")
     results, final = finished_command(config)
     assert results == {"step": 4} and final == str(retrain)
+
+
+def test_the_whole_commands_later_steps_are_the_retrains(tmp_path, tiny_data):
+    """The ETA of a search with --then_retrain counts its retrain's steps too (none for a
+    run without a later stage)."""
+    from pardata.meta import load_meta
+    from training.setup.plan import total_steps
+
+    records = load_meta(str(tiny_data))["splits"]["train"]["records"]
+    search = _config([f"--data_dir={tiny_data}", f"--model_dir={tmp_path / 's'}",
+                      "--preset=tiny", "--num_blocks=2", "--max_steps=4", "--then_retrain",
+                      "--retrain_epochs=3"])
+    assert plugins.later_steps(search, records) == 3 * records
+    assert total_steps(search, records) == 4
+    assert plugins.later_steps(search.replace(model=search.model.replace(
+        architecture="af")), records) == 0

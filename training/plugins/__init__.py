@@ -45,7 +45,7 @@ from training.plugins import par_search, span_report
 from training.plugins.base import OptimizerGroup, Plugin, Registration
 
 __all__ = ["OptimizerGroup", "Plugin", "Registration", "closing_lines", "config_sections",
-           "later_runs", "make_plugins",
+           "later_runs", "later_steps", "make_plugins",
            "next_commands", "read_model_flag", "register", "registered", "registrations",
            "run_files", "summary_lines", "unregister"]
 
@@ -121,6 +121,11 @@ def summary_lines(config, results):
 def closing_lines(results):
     """The registered plug-ins' lines about the command's later stages, in registry order."""
     return [line for cls in registered() for line in cls.closing_lines(results)]
+
+
+def later_steps(config, train_records):
+    """The training steps of the later stages the registered plug-ins run after `config`'s."""
+    return sum(cls.later_steps(config, train_records) for cls in registered())
 
 
 def plan_lines(config, train_records):

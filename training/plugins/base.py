@@ -204,6 +204,12 @@ class Plugin:
         return []
 
     @classmethod
+    def later_steps(cls, config, train_records):
+        """The training steps of the stages the command runs after this run (the search's
+        retrain), for the whole command's ETA; 0 when none."""
+        return 0
+
+    @classmethod
     def plan_lines(cls, config, train_records):
         """Lines the command logs before it starts about the stages it will run after this
         one (a search followed by its retrain), with their steps and run directories."""

@@ -23,6 +23,7 @@ import tensorflow as tf
 from pardata.records import make_dataset
 from pardata.yardsticks import yardsticks
 from runstore import metrics, run_dir
+from training import plugins
 from training.report import eta
 from training.report import tensorboard as summaries
 from training.report.log import TrainingLog, step_line
@@ -73,6 +74,8 @@ class RunLoop:
         self._clock = None
         self._eval_spent = [0.0, 0]  # seconds and records evaluated since the clock started
         self._rate = eta.RecentRate()  # the ETA's seconds per step
+        self._later_steps = plugins.later_steps(
+            self.config, trainer.meta["splits"]["train"]["records"])
 
     # ------------------------------------------------------------------ loop
 
@@ -279,7 +282,12 @@ class RunLoop:
                        for split in ("valid", "test"))
         left = eta.eta_seconds(step, self.trainer.total_steps, self.config.eval_interval,
                                per_step, valid, test)
-        return f" eta {format_duration(left)}"
+        if not self._later_steps:
+            return f" eta {format_duration(left)}"
+        # The later stages (the search's retrain) at this stage's pace: a hint, not a plan.
+        later = eta.eta_seconds(0, self._later_steps, self.config.eval_interval, per_step,
+                                valid, test)
+        return f" eta {format_duration(left)} (whole command {format_duration(left + later)})"
 
     def _log_interval(self, out, busy, timed_steps, tokens_per_step):
         """Logs the steps since the last logged one (mean nll of their finite steps)."""

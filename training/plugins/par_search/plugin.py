@@ -400,6 +400,10 @@ class ParSearch(Plugin):
         return arch_summaries.pipeline_lines(results)
 
     @classmethod
+    def later_steps(cls, config, train_records):
+        return arch_summaries.later_steps(config, train_records)
+
+    @classmethod
     def plan_lines(cls, config, train_records):
         return arch_summaries.plan_lines(config, train_records)
 

@@ -132,6 +132,15 @@ def pipeline_lines(results):
     return lines
 
 
+def later_steps(config, train_records):
+    """The retrain's training steps after a search with --then_retrain (its length does not
+    depend on the architecture it will train), or 0."""
+    search = config.search
+    if not search.then_retrain or getattr(config.model, "architecture", None) != "supernet":
+        return 0
+    return total_steps(retrain_config(config, "a" * config.model.num_blocks), train_records)
+
+
 def plan_lines(config, train_records):
     """The two stages of a search with --then_retrain, announced before it starts: the
     search's run directory and most steps (with how it ends), the retrain's steps and run
