@@ -55,6 +55,12 @@ _DUPLICATE_FACTORY = re.compile(r"\] Unable to register cu(DNN|FFT|BLAS) factory
                                 r"been registered")
 
 
+# oneDNN's notice when a graph it optimises holds an int32 op it leaves to Eigen (the
+# compiled decoding loop's first run, samplers/decoding.py): harmless, logged as an error.
+_ONEDNN_INT32 = re.compile(r"\] oneDNN supports DT_INT32 only on platforms with AVX-512\. "
+                           r"Falling back to the default Eigen-based implementation")
+
+
 def min_log_level() -> int:
     """TF_CPP_MIN_LOG_LEVEL as TensorFlow reads it (0 if unset or not a number)."""
     try:
@@ -89,6 +95,7 @@ def filter_startup_noise(text: str, min_level: int, no_cuda_driver: bool) -> str
             or (severity is not None and severity < min_level)
             or (severity == 2 and no_cuda_driver and _CUINIT.search(body))
             or (severity == 2 and _DUPLICATE_FACTORY.search(body))
+            or (severity == 2 and _ONEDNN_INT32.search(body))
             or (severity is None and dropped_previous and _CONTINUATION.match(body)))
         dropped_previous = drop
         if not drop:
@@ -97,7 +104,7 @@ def filter_startup_noise(text: str, min_level: int, no_cuda_driver: bool) -> str
 
 
 @contextlib.contextmanager
-def _filtered_stderr():
+def filtered_stderr():
     """Sends fd 2 to a temporary file inside the block, then writes back what is not noise.
 
     Yields the capture file (None if there is no usable stderr to redirect).
@@ -138,7 +145,7 @@ class _QuietLoader(importlib.abc.Loader):
         module.__loader__ = self._loader
         if module.__spec__ is not None:
             module.__spec__.loader = self._loader
-        with _filtered_stderr() as capture:
+        with filtered_stderr() as capture:
             self._loader.exec_module(module)
             if capture is not None:
                 capture.flush()

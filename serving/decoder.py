@@ -35,12 +35,14 @@ Size glossary:
     V: vocabulary size.                      N: generated tokens.
 """
 
+import contextlib
 import secrets
 
 import numpy as np
 import tensorflow as tf
 
 from model.interface import check_model
+from pardata import quiet
 from samplers.base import Sampler, SamplerError
 from samplers.decoding import CompiledDecoding
 from samplers.registry import get_sampler, registered
@@ -89,6 +91,7 @@ class Decoder:
         # The forward pass is one compiled function (traced once: tracing the model
         # costs seconds), which the compiled decoding loop calls too.
         self._decoding = CompiledDecoding(model, self.mem_len, jit_compile)
+        self._ran = False  # the first generation runs with TensorFlow's notices filtered
         self._forward = self._decoding.forward
 
     def forward(self, ids, state):
@@ -169,10 +172,15 @@ class Decoder:
         seed = _check_seed(seed)
         exclude = _check_exclude(exclude_ids, self.model.vocab_size)
         ids = _check_ids(prompt_ids, self.model.vocab_size)
-        tokens, distributions = self._decoding.run(
-            ids, num_tokens, sampler, chunk_len=self._chunk_len(chunk_len),
-            num_samples=num_samples, seed=seed, exclude_ids=exclude,
-            keep_log_probs=return_log_probs)
+        # The first run builds and optimises the loop's graph: TensorFlow's notices then
+        # (oneDNN's int32 fallback) are filtered as at its start-up (pardata/quiet.py).
+        first = contextlib.nullcontext() if self._ran else quiet.filtered_stderr()
+        with first:
+            tokens, distributions = self._decoding.run(
+                ids, num_tokens, sampler, chunk_len=self._chunk_len(chunk_len),
+                num_samples=num_samples, seed=seed, exclude_ids=exclude,
+                keep_log_probs=return_log_probs)
+        self._ran = True
         tokens = tokens.numpy().astype(np.int64)  # [B, N]
         if return_log_probs:
             return tokens, distributions.numpy()  # [B, N, V]

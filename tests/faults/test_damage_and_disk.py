@@ -40,6 +40,11 @@ def damaged_run(word_data, reference_run, small_disk, tmp_path_factory):
     def record(name):
         return {"record": str(run), "to": str(notes / f"{name}.json")}
 
+    # The finished run started again with another logging interval: not the same command
+    # (which would be answered from its files, nothing read or written), so it evaluates
+    # and writes metrics.json again (all_damaged: another interval again).
+    again = [*flags, "--log_interval=5"]
+
     cases = [
         {"name": "first", "args": flags,
          "faults": [{"at": "step", "step": 12, "signal": "SIGINT"}]},
@@ -51,14 +56,14 @@ def damaged_run(word_data, reference_run, small_disk, tmp_path_factory):
          "faults": [{"at": "save", "step": 15, "fill": str(small_disk)}]},
         {"name": "space_freed", "args": flags, "before": [record("disk_full"),
                                                           {"remove": filler}]},
-        {"name": "metrics_disk_full", "args": flags, "before": [
+        {"name": "metrics_disk_full", "args": again, "before": [
             {"copy": str(run / "metrics.json"), "to": str(notes / "copy_metrics_before.json")}],
          "faults": [{"at": "write", "name": "metrics.json", "fill": str(small_disk)}]},
-        {"name": "metrics_space_freed", "args": flags, "before": [
+        {"name": "metrics_space_freed", "args": again, "before": [
             record("metrics_full"), {"copy": str(run / "metrics.json"),
                                      "to": str(notes / "copy_metrics_after_failure.json")},
             {"remove": filler}]},
-        {"name": "all_damaged", "args": flags, "before": [
+        {"name": "all_damaged", "args": [*flags, "--log_interval=4"], "before": [
             # The finished run's last checkpoint, kept for the comparison.
             {"copy": str(run / "ckpt-30.index"), "to": str(notes / "ckpt-30.index")},
             {"copy": str(run / "ckpt-30.data-00000-of-00001"),

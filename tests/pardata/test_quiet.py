@@ -28,6 +28,9 @@ OLD_FORMAT = ("2025-09-17 14:44:05.157831: I external/local_xla/xla/tsl/cuda/cud
 FACTORY = ("E0000 00:00:1758131045.203198 3722035 cuda_dnn.cc:8579] Unable to register cuDNN "
            "factory: Attempting to register factory for plugin cuDNN when one has already been "
            "registered\n")
+INT32 = ("E0000 00:00:1795938958.943145   21682 util.cc:131] oneDNN supports DT_INT32 only on "
+         "platforms with AVX-512. Falling back to the default Eigen-based implementation if "
+         "present.\n")
 # What must survive.
 WARN = "W0000 00:00:1795486532.1    5716 op_kernel.cc:1829] OP_REQUIRES failed: disk full\n"
 REAL = "E0000 00:00:1795486532.2    5716 op_kernel.cc:1830] INTERNAL: real failure\n"
@@ -37,7 +40,7 @@ TRACEBACK = "Traceback (most recent call last):\n  File \"x.py\", line 1\nValueE
 
 def test_filter_keeps_everything_but_the_noise():
     text = (NOTICE + ONEDNN + PY_WARNING + NO_DRIVER + CPU_GUARD + NOTICE + ONEDNN + NO_DRIVER
-            + CUINIT + WARN + REAL + FACTORY + OLD_FORMAT + TRACEBACK)
+            + CUINIT + WARN + REAL + FACTORY + INT32 + OLD_FORMAT + TRACEBACK)
     filtered = quiet.filter_startup_noise(text, min_level=2, no_cuda_driver=True)
     assert filtered == PY_WARNING + REAL + TRACEBACK
     # min_level 1 keeps warnings; a machine with a CUDA driver keeps the cuInit error.

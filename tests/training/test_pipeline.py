@@ -38,7 +38,7 @@ def pipeline(short_word_data, tmp_path_factory):
     root = tmp_path_factory.mktemp("pipeline")
     config = _config(short_word_data, root / "search", "--retrain_epochs=2")
     results = train(config)
-    exported = train_cli._export(config, results, str(root / "model.keras"), False)
+    exported = train_cli._export(results["final_model_dir"], str(root / "model.keras"), False)
     return config, results, exported, root
 
 
