@@ -139,3 +139,17 @@ def make_family_run(model_dir, data_dir, family, architecture="afaf", seed=0):
     tf.train.CheckpointManager(checkpoint, os.path.join(model_dir, "best"), 1,
                                checkpoint_name="ckpt").save(checkpoint_number=1)
     return config
+
+
+def make_word_package(root, data_dir):
+    """(the loaded PackagedLM of a tiny Transformer-XL word package, its run, its path) in
+    `root`: the run `make_family_run` trains (afaf, seed 3), packaged to root/lm.keras."""
+    import par
+    from serving.packaged import package_run
+    from serving.runs import load_run
+
+    make_family_run(root / "run", data_dir, "transformer_xl", "afaf", seed=3)
+    run = load_run(root / "run")
+    path = root / "lm.keras"
+    package_run(run).save(path)
+    return par.load(path), run, path

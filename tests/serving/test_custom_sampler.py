@@ -20,7 +20,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.helpers.runs import make_family_run
+from tests.helpers.runs import make_word_package
 from tests.helpers.samplers import register, unregister
 
 PROMPT = "the game was"
@@ -29,16 +29,7 @@ PROMPT = "the game was"
 @pytest.fixture(scope="module")
 def package(tmp_path_factory, word_data):
     """(the PackagedLM of a tiny word package, its run, its .keras path)."""
-    import par
-    from serving.packaged import package_run
-    from serving.runs import load_run
-
-    root = tmp_path_factory.mktemp("custom_sampler")
-    make_family_run(root / "run", word_data, "transformer_xl", "afaf", seed=3)
-    run = load_run(root / "run")
-    path = root / "lm.keras"
-    package_run(run).save(path)
-    return par.load(path), run, path
+    return make_word_package(tmp_path_factory.mktemp("custom_sampler"), word_data)
 
 
 def _continuation(run, k, num_tokens):

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from tests.helpers import PROJECT_ROOT
-from tests.helpers.runs import make_family_run
+from tests.helpers.runs import make_word_package
 
 PROMPTS = ["the game was", "in the first season"]
 
@@ -31,16 +31,7 @@ PROMPTS = ["the game was", "in the first season"]
 @pytest.fixture(scope="module")
 def package(tmp_path_factory, word_data):
     """(the loaded PackagedLM of a tiny Transformer-XL word package, its run, its path)."""
-    import par
-    from serving.packaged import package_run
-    from serving.runs import load_run
-
-    root = tmp_path_factory.mktemp("api")
-    make_family_run(root / "run", word_data, "transformer_xl", "afaf", seed=3)
-    run = load_run(root / "run")
-    path = root / "lm.keras"
-    package_run(run).save(path)
-    return par.load(path), run, path
+    return make_word_package(tmp_path_factory.mktemp("api"), word_data)
 
 
 def _decoded(run, prompt, num_tokens, seed, exclude, **options):
