@@ -309,11 +309,18 @@ def train_configs(flags_by_run):
     return configs
 
 
+# train.py flags naming directories (compared by where they resolve to).
+PATH_FLAGS = ("--model_dir", "--data_dir", "--logdir")
+
+
 def check_plans(commands, runs_dir):
     """Refuses a run directory planned with other train.py flags than `commands` now give.
 
     A finished run is read, not rerun: one of another budget, recipe or size would
-    enter the frontier silently. Only the pinning (taskset) may differ.
+    enter the frontier silently. Only the pinning (taskset) and where the checkout is
+    may differ: the script is compared by name, the directories by the place they
+    resolve to (a second checkout whose runs/, data/ and logs/ link to the first's
+    resumes its runs).
 
     Args:
         commands: run name -> its command (`run_command`).
@@ -322,7 +329,14 @@ def check_plans(commands, runs_dir):
         UsageError: naming the run directory, the flags that differ and the fix.
     """
     def flags(command):
-        return command[command.index("bash"):]
+        script, *rest = command[command.index("bash") + 1:] or [""]
+        resolved = []
+        for flag in rest:
+            name, sep, value = flag.partition("=")
+            if sep and name in PATH_FLAGS:
+                flag = f"{name}={os.path.realpath(value)}"
+            resolved.append(flag)
+        return ["bash", os.path.basename(script), *resolved]
 
     for name, command in commands.items():
         plan = common.read_json(pathlib.Path(runs_dir) / name / cost_sweep.PLAN_FILE)

@@ -284,3 +284,22 @@ def test_tiny_frontier_runs_then_only_reads(word_data, tmp_path, capsys, monkeyp
     assert "was planned with other flags (--max_steps=2 --max_steps=3)" in err
     assert err.count("\n") == 1
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+
+
+def test_a_second_checkout_linking_the_same_directories_resumes_the_plan(tmp_path):
+    """Only where the checkout is differs: the script by name, the directories by where
+    they resolve to; another data directory is still refused."""
+    first, second = tmp_path / "main", tmp_path / "other"
+    (first / "runs" / "af_seed0").mkdir(parents=True)
+    second.mkdir()
+    (second / "runs").symlink_to(first / "runs")
+    planned = ["bash", str(first / "base_model.sh"), f"--model_dir={first}/runs/af_seed0",
+               "--max_steps=5"]
+    (first / "runs" / "af_seed0" / "sweep_plan.json").write_text(json.dumps(dict(
+        command=planned)))
+    moved = ["bash", str(second / "base_model.sh"), f"--model_dir={second}/runs/af_seed0",
+             "--max_steps=5"]
+    fr.check_plans({"af_seed0": moved}, first / "runs")
+    with pytest.raises(fr.UsageError, match="planned with other flags"):
+        fr.check_plans({"af_seed0": [*moved[:2], f"--model_dir={second}/elsewhere",
+                                     "--max_steps=5"]}, first / "runs")
