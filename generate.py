@@ -66,6 +66,18 @@ flags.DEFINE_integer("mem_len", None, "Memory positions per block; default: the 
 flags.DEFINE_integer("chunk_len", None, "Prompt tokens per forward pass; default: the run's "
                      "seq_len.")
 flags.DEFINE_integer("num_samples", 1, "Samples of the same prompt, generated together.")
+flags.DEFINE_boolean("each_line", False, "Each line of --prompt_file (or of --prompt) is its "
+                     "own prompt; they are decoded as one batch (prompt i with seed + i, the "
+                     "texts one at a time would give).")
+flags.DEFINE_integer("batch_size", 32, "Prompts decoded together with --each_line (bounds "
+                     "the memory for long lists).")
+flags.DEFINE_multi_string("stop", None, "End each continuation before this text (repeat the "
+                          "flag for several); \\n is the end of the line, e.g. --stop='\\n'.")
+flags.DEFINE_float("repetition_penalty", 1.0, "Multiplies the log-probabilities of tokens "
+                   "already in the prompt or the continuation (> 0; 1: none; 1.2 discourages "
+                   "repeats).")
+flags.DEFINE_boolean("stream", False, "Print the continuation as it is generated (one prompt, "
+                     "one sample).")
 flags.DEFINE_boolean("allow_unk", False, "Let the model generate the unknown-word token "
                      "(WikiText's <unk>); by default it is never drawn.")
 
@@ -96,6 +108,30 @@ def _read_prompt():
     except UnicodeDecodeError as error:
         raise FlagError(f"--prompt_file={FLAGS.prompt_file} is not UTF-8 text (bad byte at "
                         f"offset {error.start}): convert it to UTF-8") from None
+
+
+def _prompts(text):
+    """The prompts of the text read: itself, or with --each_line its non-empty lines."""
+    if not FLAGS.each_line:
+        return [text]
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        source = "--prompt" if FLAGS.prompt_file is None else f"--prompt_file={FLAGS.prompt_file}"
+        raise FlagError(f"{source} has no non-empty line to use as a prompt (--each_line)")
+    return lines
+
+
+def _stops():
+    """--stop's strings with \\n, \\t and \\\\ read as the characters they name."""
+    if not FLAGS.stop:
+        return None
+    stops = []
+    for value in FLAGS.stop:
+        if not value:
+            raise FlagError("--stop is empty: give the text to stop at, e.g. --stop='\\n'")
+        stops.append(value.replace("\\\\", "\0").replace("\\n", "\n")
+                     .replace("\\t", "\t").replace("\0", "\\"))
+    return stops
 
 
 def _number(text):
@@ -139,7 +175,7 @@ def _sampler():
 
 
 def _generate():
-    from serving import generation
+    from serving import generation, texts
 
     try:
         generation.check_sampling_args(FLAGS.num_tokens, FLAGS.temperature, FLAGS.top_k,
@@ -156,32 +192,68 @@ def _generate():
     problem = model_flags.problem(FLAGS)
     if problem:
         raise FlagError(problem)
-    text = _read_prompt()
+    prompts = _prompts(_read_prompt())
+    if len(prompts) > 1 and FLAGS.num_samples > 1:
+        raise FlagError(f"--num_samples={FLAGS.num_samples} takes one prompt, and --each_line "
+                        f"gave {len(prompts)}: drop --num_samples (each prompt gets one sample)")
+    if FLAGS.stream and (FLAGS.num_samples > 1 or FLAGS.each_line):
+        raise FlagError("--stream prints one prompt's one sample: drop --num_samples or "
+                        "--each_line, or --stream")
+    if FLAGS.batch_size < 1:
+        raise FlagError(f"--batch_size={FLAGS.batch_size} must be >= 1")
+    if not FLAGS.repetition_penalty > 0:
+        raise FlagError(f"--repetition_penalty={FLAGS.repetition_penalty} must be > 0 (1: none)")
+    stops = _stops()
     run = generation.load(FLAGS.model_dir or None, FLAGS.model or None, FLAGS.checkpoint)
-    try:
-        prompt = generation.encode_prompt(run.tokenizer, text)
-    except generation.GenerationError as error:
-        source = "--prompt" if FLAGS.prompt_file is None else f"--prompt_file={FLAGS.prompt_file}"
-        raise FlagError(f"{source}: {error}") from None
-    if prompt.unknown_words:
-        logging.warning("prompt words unknown to the tokenizer, encoded as <unk>: %s",
-                        " ".join(prompt.unknown_words))
     seed = secrets.randbits(31) if FLAGS.seed is None else FLAGS.seed
     if not FLAGS.greedy and FLAGS.sampler != "greedy":
         logging.info("seed %d (pass --seed=%d to reproduce)", seed, seed)
     logging.info("%s %s, mem_len %s", "model" if run.package else "checkpoint",
                  run.checkpoint_path,
                  FLAGS.mem_len if FLAGS.mem_len is not None else run.default_mem_len)
+    chosen = sampler or generation.resolve_sampler(None, FLAGS.temperature, FLAGS.top_k,
+                                                   FLAGS.top_p, FLAGS.greedy)
+    options = dict(num_tokens=FLAGS.num_tokens, sampler=chosen, seed=seed,
+                   allow_unk=FLAGS.allow_unk, mem_len=FLAGS.mem_len, stop=stops,
+                   repetition_penalty=FLAGS.repetition_penalty, chunk_len=FLAGS.chunk_len)
+    try:
+        if FLAGS.num_samples > 1:
+            _print_samples(run, prompts[0], chosen, seed, stops)
+        elif FLAGS.stream:
+            print(prompts[0], end="", flush=True)
+            for piece in texts.stream_text(run, prompts[0], **options):
+                print(piece, end="", flush=True)
+            print()
+        else:
+            results = texts.generate_texts(run, prompts, batch_size=FLAGS.batch_size, **options)
+            for i, result in enumerate(results):
+                if len(prompts) > 1:
+                    print(f"=== prompt {i} (seed {seed + i}) ===")
+                print(result)
+    except generation.GenerationError as error:
+        source = "--prompt" if FLAGS.prompt_file is None else f"--prompt_file={FLAGS.prompt_file}"
+        raise FlagError(f"{source}: {error}") from None
+
+
+def _print_samples(run, text, sampler, seed, stops):
+    """--num_samples continuations of one prompt, generated together (sample i: seed + i)."""
+    from serving import generation
+    from serving import prompts as prompt_text
+
+    prompt = generation.encode_prompt(run.tokenizer, text)
+    if prompt.unknown_words:
+        logging.warning("prompt words unknown to the tokenizer, encoded as <unk>: %s",
+                        " ".join(prompt.unknown_words))
     tokens = run.decoder(FLAGS.mem_len).generate(
-        prompt.ids, FLAGS.num_tokens, num_samples=FLAGS.num_samples,
-        temperature=FLAGS.temperature, top_k=FLAGS.top_k, top_p=FLAGS.top_p,
-        greedy=FLAGS.greedy, seed=seed, sampler=sampler,
+        prompt.ids, FLAGS.num_tokens, num_samples=FLAGS.num_samples, seed=seed, sampler=sampler,
         exclude_ids=generation.excluded_ids(run.tokenizer, FLAGS.allow_unk),
+        stop_ids=prompt_text.stop_token_ids(run.tokenizer, stops or ()),
+        repetition_penalty=FLAGS.repetition_penalty,
         chunk_len=run.config.seq_len if FLAGS.chunk_len is None else FLAGS.chunk_len)
     for i, row in enumerate(tokens):
-        if FLAGS.num_samples > 1:
-            print(f"=== sample {i} (seed {seed + i}) ===")
-        print(text + generation.continuation_text(run.tokenizer, prompt, row))
+        print(f"=== sample {i} (seed {seed + i}) ===")
+        continuation = generation.continuation_text(run.tokenizer, prompt, row[row >= 0])
+        print(text + prompt_text.cut_at_stop(continuation, stops or ()))
 
 
 def main(argv):

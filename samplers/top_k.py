@@ -20,7 +20,12 @@ def top_k_filter(logits, top_k):
     logits = tf.cast(logits, tf.float32)  # [B, V]
     vocab = tf.shape(logits)[-1]
     top_k = tf.convert_to_tensor(top_k, tf.int32)
-    ordered = tf.sort(logits, axis=-1, direction="DESCENDING")  # [B, V]
-    k = tf.where(top_k > 0, tf.minimum(top_k, vocab), vocab)
-    kth = tf.gather(ordered, k - 1, axis=-1)[:, None]  # [B, 1]
-    return tf.where(logits < kth, tf.constant(-np.inf, tf.float32), logits)
+
+    def keep_k():
+        # The k largest values only (no full sort): the k-th is the same.
+        kth = tf.math.top_k(logits, tf.minimum(top_k, vocab), sorted=True).values[:, -1:]
+        return tf.where(logits < kth, tf.constant(-np.inf, tf.float32), logits)
+
+    # 0 (or k >= V) keeps every token: nothing to sort.
+    return tf.cond(tf.logical_and(top_k > 0, top_k < vocab), keep_k,
+                   lambda: tf.identity(logits))

@@ -20,11 +20,14 @@ def top_p_filter(logits, top_p):
     """
     logits = tf.cast(logits, tf.float32)  # [B, V]
     top_p = tf.convert_to_tensor(top_p, tf.float32)
+    return tf.cond(top_p < 1.0, lambda: _nucleus(logits, top_p), lambda: tf.identity(logits))
+
+
+def _nucleus(logits, top_p):
+    """`top_p_filter` for top_p < 1 (the sort is skipped for 1, which keeps all)."""
     ordered = tf.sort(logits, axis=-1, direction="DESCENDING")  # [B, V]
     before = tf.cumsum(tf.nn.softmax(ordered, axis=-1), axis=-1, exclusive=True)  # [B, V]
     kept = tf.logical_and(before < top_p, tf.math.is_finite(ordered))  # [B, V], a prefix
     count = tf.maximum(tf.reduce_sum(tf.cast(kept, tf.int32), axis=-1), 1)  # [B]
     threshold = tf.gather(ordered, count - 1, batch_dims=1)[:, None]  # [B, 1]
-    # top_p == 1 keeps everything even when rounding makes the cumsum reach 1 early.
-    drop = tf.logical_and(logits < threshold, top_p < 1.0)
-    return tf.where(drop, tf.constant(-np.inf, tf.float32), logits)
+    return tf.where(logits < threshold, tf.constant(-np.inf, tf.float32), logits)

@@ -141,7 +141,7 @@ class Decoder:
 
     def generate(self, prompt_ids, num_tokens, *, num_samples=1, temperature=1.0, top_k=0,
                  top_p=1.0, greedy=False, seed=None, chunk_len=None, exclude_ids=(),
-                 return_log_probs=False, sampler=None):
+                 return_log_probs=False, sampler=None, stop_ids=(), repetition_penalty=1.0):
         """Generates `num_samples` continuations of one prompt.
 
         Args:
@@ -158,11 +158,16 @@ class Decoder:
             return_log_probs: also return the distribution of every step.
             sampler: instead of the four options above, a registered sampler:
                 a `samplers.base.Sampler` instance or a name (its defaults).
+            stop_ids: ids that end a row (the id itself is not kept).
+            repetition_penalty: > 0; the log-probabilities of ids already in
+                the prompt or the row are multiplied by it (1: none;
+                `samplers.decoding.penalize`).
 
         Returns:
-            int64 [B, N] token ids; with `return_log_probs`, also float32
-            [B, N, V] log-probabilities each token was drawn from (the model's,
-            before the excluded ids, temperature and filtering).
+            int64 [B, N] token ids, -1 after a row's stop; with
+            `return_log_probs`, also float32 [B, n, V] log-probabilities each
+            token was drawn from (the model's, before the penalty, the excluded
+            ids, temperature and filtering), n <= N steps (fewer when every row stopped).
 
         Raises:
             GenerationError: an invalid argument, named.
@@ -171,20 +176,130 @@ class Decoder:
         sampler = resolve_sampler(sampler, temperature, top_k, top_p, greedy)
         seed = _check_seed(seed)
         exclude = _check_exclude(exclude_ids, self.model.vocab_size)
+        stops = _check_exclude(stop_ids, self.model.vocab_size, "stop_ids")
+        penalty = _check_penalty(repetition_penalty)
         ids = _check_ids(prompt_ids, self.model.vocab_size)
-        # The first run builds and optimises the loop's graph: TensorFlow's notices then
-        # (oneDNN's int32 fallback) are filtered as at its start-up (pardata/quiet.py).
-        first = contextlib.nullcontext() if self._ran else quiet.filtered_stderr()
-        with first:
-            tokens, distributions = self._decoding.run(
+        with self._first_run():
+            out = self._decoding.run(
                 ids, num_tokens, sampler, chunk_len=self._chunk_len(chunk_len),
                 num_samples=num_samples, seed=seed, exclude_ids=exclude,
-                keep_log_probs=return_log_probs)
-        self._ran = True
-        tokens = tokens.numpy().astype(np.int64)  # [B, N]
+                keep_log_probs=return_log_probs, stop_ids=stops, penalty=penalty)
+        tokens = _padded(out["tokens"].numpy(), out["lengths"].numpy(), num_tokens)  # [B, N]
         if return_log_probs:
-            return tokens, distributions.numpy()  # [B, N, V]
+            return tokens, out["log_probs"].numpy()  # [B, n, V]
         return tokens
+
+    def _first_run(self):
+        """The first run builds and optimises the loop's graph: TensorFlow's notices then
+        (oneDNN's int32 fallback) are filtered as at its start-up (pardata/quiet.py)."""
+        if self._ran:
+            return contextlib.nullcontext()
+        self._ran = True
+        return quiet.filtered_stderr()
+
+    def generate_many(self, prompts, num_tokens, *, seed=None, sampler=None, chunk_len=None,
+                      exclude_ids=(), stop_ids=(), repetition_penalty=1.0, batch_size=32):
+        """Continues many prompts of any lengths as batches: prompt p draws the tokens
+        `generate(prompts[p], num_tokens[p], seed=seed + p)` draws
+        (`samplers.decoding.decode_prompts`).
+
+        Args:
+            prompts: a non-empty list of non-empty id sequences.
+            num_tokens: int >= 1, or one per prompt.
+            seed: int >= 0 (None: random); sampler: a registered `Sampler` or a
+                name (None: "sample" at temperature 1).
+            chunk_len, exclude_ids, stop_ids, repetition_penalty: as `generate`.
+            batch_size: prompts per batch (bounds the memory for long lists).
+
+        Returns:
+            list of int64 arrays, each prompt's tokens (up to its stop, which is
+            not included).
+
+        Raises:
+            GenerationError: an invalid argument, named.
+        """
+        if not isinstance(prompts, (list, tuple)) or not prompts:
+            raise GenerationError("prompts must be a non-empty list of id sequences")
+        counts = [num_tokens] * len(prompts) if isinstance(num_tokens, (int, np.integer)) \
+            else list(num_tokens)
+        if len(counts) != len(prompts):
+            raise GenerationError(f"num_tokens has {len(counts)} values for {len(prompts)} "
+                                  "prompts")
+        for count in counts:
+            check_sampling_args(count)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or \
+                batch_size < 1:
+            raise GenerationError(f"batch_size={batch_size!r} must be an integer >= 1")
+        sampler = resolve_sampler(sampler)
+        seed = _check_seed(seed, len(prompts))
+        ids = [_check_ids(p, self.model.vocab_size) for p in prompts]
+        options = dict(chunk_len=self._chunk_len(chunk_len),
+                       exclude_ids=_check_exclude(exclude_ids, self.model.vocab_size),
+                       stop_ids=_check_exclude(stop_ids, self.model.vocab_size, "stop_ids"),
+                       penalty=_check_penalty(repetition_penalty))
+        results = []
+        for start in range(0, len(ids), batch_size):
+            with self._first_run():
+                out = self._decoding.run_prompts(ids[start:start + batch_size],
+                                                 counts[start:start + batch_size], sampler,
+                                                 seed=seed + start, **options)
+            tokens, lengths = out["tokens"].numpy(), out["lengths"].numpy()
+            results.extend(row[:n].astype(np.int64) for row, n in zip(tokens, lengths))
+        return results
+
+    def stream(self, prompt_ids, num_tokens, *, seed=None, sampler=None, chunk_len=None,
+               exclude_ids=(), stop_ids=(), repetition_penalty=1.0, every=1):
+        """Yields the tokens `generate(prompt_ids, num_tokens, seed=seed)` draws (one row),
+        `every` tokens at a time, as they are drawn: a Python generator.
+
+        Each call of the compiled loop continues from the state of the one
+        before (its last token fed first), with the same seeds: the tokens
+        are those of one `generate` call.
+
+        Yields:
+            int64 arrays of new tokens (the last may be shorter; none after a stop).
+        """
+        check_sampling_args(num_tokens)
+        if isinstance(every, bool) or not isinstance(every, (int, np.integer)) or every < 1:
+            raise GenerationError(f"every={every!r} must be an integer >= 1")
+        sampler = resolve_sampler(sampler)
+        seed = _check_seed(seed)
+        ids = _check_ids(prompt_ids, self.model.vocab_size)
+        exclude = _check_exclude(exclude_ids, self.model.vocab_size)
+        stops = _check_exclude(stop_ids, self.model.vocab_size, "stop_ids")
+        penalty = _check_penalty(repetition_penalty)
+        chunk_len = self._chunk_len(chunk_len)
+        state, history, done = None, ids, 0
+        while done < num_tokens:
+            count = min(every, num_tokens - done)
+            with self._first_run():
+                out = self._decoding.run(ids, count, sampler, state=state, chunk_len=chunk_len,
+                                         seed=seed, step_offset=done, exclude_ids=exclude,
+                                         stop_ids=stops, penalty=penalty, history_ids=history)
+            new = out["tokens"].numpy()[0, :int(out["lengths"].numpy()[0])].astype(np.int64)
+            if new.size:
+                yield new
+            if new.size < count:  # stopped
+                return
+            done += count
+            state, ids = out["state"], new[-1:].astype(np.int32)
+            history = np.concatenate([history, ids])
+
+
+def _padded(tokens, lengths, num_tokens):
+    """int64 [B, N]: `tokens` [B, n] with -1 after each row's length."""
+    out = np.full((tokens.shape[0], num_tokens), -1, np.int64)
+    for row, (values, n) in enumerate(zip(tokens, lengths)):
+        out[row, :n] = values[:n]
+    return out
+
+
+def _check_penalty(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) or not (
+            np.isfinite(value) and value > 0):
+        raise GenerationError(f"repetition_penalty={value!r} must be a number > 0 (1: none; "
+                              "> 1 makes repeated tokens less likely)")
+    return float(value)
 
 
 def resolve_sampler(sampler=None, temperature=1.0, top_k=0, top_p=1.0, greedy=False):
@@ -231,18 +346,19 @@ def _check_ids(prompt_ids, vocab_size):
     return ids.astype(np.int32)
 
 
-def _check_exclude(exclude_ids, vocab_size):
+def _check_exclude(exclude_ids, vocab_size, name="exclude_ids"):
     ids = np.asarray(exclude_ids, dtype=np.int64).reshape(-1)
     if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
-        raise GenerationError(f"exclude_ids must be in [0, {vocab_size}) (the model's "
+        raise GenerationError(f"{name} must be in [0, {vocab_size}) (the model's "
                               f"vocabulary), got {ids.min()}..{ids.max()}")
     return tf.constant(ids.astype(np.int32), tf.int32)  # [K]
 
 
-def _check_seed(seed):
+def _check_seed(seed, rows=1):
     if seed is None:
-        return secrets.randbits(62)
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**62:
+        return secrets.randbits(61)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not (
+            0 <= seed < 2**62 - rows + 1):
         raise GenerationError(f"seed={seed!r} must be an integer in [0, 2**62)")
     return int(seed)
 

@@ -26,6 +26,11 @@ needs `import tensorflow_text` first, which registers its op). Signatures:
                           sampler: string [], params: float32 [P], seed: int64 [],
                           allow_unk: bool [])
         -> the same outputs
+    generate_batch(prompts: string [P], num_tokens: int32 [], sampler: string [],
+                   params: float32 [S], seed: int64 [], allow_unk: bool [],
+                   stop: string [None], repetition_penalty: float32 [])
+        -> {"text": string [P], "continuation": string [P],
+            "token_ids": int32 [P, N] (-1 after a row's end), "lengths": int32 [P]}
     tokenize(text: string []) -> {"token_ids": int32 [L]}
     detokenize(token_ids: int32 [L]) -> {"text": string []}
     serve(token_ids: int32 [B, T], state_0, ..., state_{k-1}: float32)
@@ -45,8 +50,15 @@ exported (samplers/registry.py: "greedy", "sample", "temperature", "top_k",
 parameters in its `params` order (fewer: the rest take their defaults;
 `generate.py --sampler=NAME --sampler_args=...` takes the same), dispatched
 in the graph; an unknown name or a bad parameter is an InvalidArgumentError
-naming it. `generate` never draws the unknown-word token
-(`Tokenizer.unknown_ids()`, WikiText's <unk>); `generate_allow_unk` may, as
+naming it. `generate_batch` runs P prompts of any lengths as one batch
+(`samplers.decoding.decode_prompts`): prompt p gets the tokens
+`generate_with_sampler` draws for it alone with seed + p; each continuation
+ends before the first string of `stop` it holds (none: an empty list; an
+empty string is an error), and `repetition_penalty` (1: none) multiplies
+the log-probabilities of the ids already in the prompt or the row, as
+`lm.generate(prompts, stop=..., repetition_penalty=...)`. `generate` never
+draws the unknown-word token (`Tokenizer.unknown_ids()`, WikiText's <unk>);
+`generate_allow_unk` may, as
 `generate.py --allow_unk`. `text` is the prompt followed by the
 continuation, what generate.py prints. An empty prompt starts at the
 tokenizer's line start. top_k 0 and top_p 1 keep every token.
@@ -80,7 +92,7 @@ import tensorflow as tf
 
 from pardata.meta import META_FILE
 from runstore import run_dir
-from samplers.decoding import decode
+from samplers.decoding import Options, decode, decode_prompts, join_after_of, sampler_checks
 from samplers.registry import registered
 from serving.errors import GenerationError
 
@@ -241,6 +253,17 @@ class ServingModule(tf.Module):
                 *options[:3], tf.TensorSpec([], tf.string, name="sampler"),
                 tf.TensorSpec([None], tf.float32, name="params"), options[-1],
                 tf.TensorSpec([], tf.bool, name="allow_unk")])
+        self._join_after = join_after_of(self._next, self._float_state(), self._mem_len)
+        # Each id's own text: the ids that end a row at once for a stop string.
+        self._token_texts = tf.constant([_token_text(tokenizer, i) for i in range(self._vocab)])
+        self.generate_batch = tf.function(
+            self._generate_batch, autograph=False, input_signature=[
+                tf.TensorSpec([None], tf.string, name="prompts"), options[1],
+                tf.TensorSpec([], tf.string, name="sampler"),
+                tf.TensorSpec([None], tf.float32, name="params"), options[-1],
+                tf.TensorSpec([], tf.bool, name="allow_unk"),
+                tf.TensorSpec([None], tf.string, name="stop"),
+                tf.TensorSpec([], tf.float32, name="repetition_penalty")])
         self.tokenize = tf.function(
             lambda text: {"token_ids": self.tokenizer.encode(text)}, autograph=False,
             input_signature=[tf.TensorSpec([], tf.string, name="text")])
@@ -262,6 +285,7 @@ class ServingModule(tf.Module):
         return {SIGNATURE: self.serve, GENERATE_SIGNATURE: self.generate,
                 GENERATE_SIGNATURE + "_allow_unk": self.generate_allow_unk,
                 GENERATE_SIGNATURE + "_with_sampler": self.generate_with_sampler,
+                GENERATE_SIGNATURE + "_batch": self.generate_batch,
                 "tokenize": self.tokenize, "detokenize": self.detokenize}
 
     def _serve(self, token_ids, *state):
@@ -308,16 +332,81 @@ class ServingModule(tf.Module):
 
     def _generate_named(self, prompt, num_tokens, num_samples, sampler, params, seed,
                         allow_unk):
+        return self._generate_sampled(prompt, num_tokens, num_samples,
+                                      self._sampler_index(sampler), params, seed, allow_unk)
+
+    def _sampler_index(self, sampler):
+        """int32 scalar: the index of the registered sampler named `sampler` (asserted)."""
         names = tf.constant([cls.name for cls in self._samplers])
         found = tf.where(tf.equal(names, sampler))[:, 0]
         known = tf.debugging.Assert(tf.size(found) > 0, [
             "unknown sampler:", sampler, "the samplers of this export are",
             tf.strings.reduce_join(names, separator=", ")])
         with tf.control_dependencies([known]):
-            index = tf.cast(tf.reduce_min(tf.concat([found, [len(self._samplers)]], 0)),
-                            tf.int32)
-        return self._generate_sampled(prompt, num_tokens, num_samples, index, params, seed,
-                                      allow_unk)
+            return tf.cast(tf.reduce_min(tf.concat([found, [len(self._samplers)]], 0)),
+                           tf.int32)
+
+    def _float_state(self):
+        return [tf.cast(s, tf.float32) for s in self._model.initial_state(1, 0)]
+
+    def _generate_batch(self, prompts, num_tokens, sampler, params, seed, allow_unk, stop,
+                        repetition_penalty):
+        """Every prompt as one batch (`decode_prompts`): prompt p as `generate_with_sampler`
+        continues it alone with seed + p; each continuation ends before its first stop."""
+        index = self._sampler_index(sampler)
+        count = tf.size(prompts)
+        checks = [*sampler_checks(self._samplers, index, params),
+                  tf.debugging.assert_greater(count, 0, message="prompts is empty"),
+                  tf.debugging.assert_greater_equal(num_tokens, 1,
+                                                    message="num_tokens must be >= 1"),
+                  tf.debugging.assert_greater(repetition_penalty, 0.0,
+                                              message="repetition_penalty must be > 0"),
+                  tf.debugging.assert_greater(tf.reduce_min(tf.concat(
+                      [tf.strings.length(stop), [1]], 0)), 0, message="stop holds an empty "
+                      "string, which would end every continuation at once")]
+        with tf.control_dependencies(checks):
+            prompts = tf.identity(prompts)
+
+        def encode(p, ids, lengths, starts):
+            prompt_ids, from_line_start = self._prompt_ids(prompts[p])
+            return (p + 1, ids.write(p, prompt_ids), lengths.write(p, tf.size(prompt_ids)),
+                    starts.write(p, from_line_start))
+
+        _, ids, lengths, starts = tf.while_loop(
+            lambda p, *_: p < count, encode,
+            (tf.constant(0), tf.TensorArray(tf.int32, size=count, infer_shape=False,
+                                            element_shape=[None]),
+             tf.TensorArray(tf.int32, size=count), tf.TensorArray(tf.bool, size=count)))
+        ids, lengths, starts = ids.concat(), lengths.stack(), starts.stack()
+        exclude = tf.cond(allow_unk, lambda: tf.zeros([0], tf.int32),
+                          lambda: self._unknown_ids)  # [K]
+        options = Options(self._samplers, index, params, self._vocab, self._invariants(),
+                          exclude, self._stop_ids(stop), repetition_penalty)
+        out = decode_prompts(self._next, self._float_state(), ids, lengths,
+                             chunk_len=tf.constant(self._chunk_len),
+                             num_tokens=tf.fill([count], num_tokens), seed=seed,
+                             options=options, join_after=self._join_after)
+        offsets = tf.cumsum(lengths, exclusive=True)
+
+        def continuation(p):
+            row = out["tokens"][p, :out["lengths"][p]]
+            text = self._continuation(ids[offsets[p]:offsets[p] + lengths[p]], starts[p], row)
+            return _cut_at_stops(text, stop)
+
+        continuations = tf.map_fn(continuation, tf.range(count), fn_output_signature=tf.string)
+        return {"text": tf.strings.join([prompts, continuations]),
+                "continuation": continuations, "token_ids": out["tokens"],
+                "lengths": out["lengths"]}
+
+    def _stop_ids(self, stop):
+        """int32 [S]: the ids whose own text holds one of the strings `stop` [None]."""
+        def holds(i, hit):
+            parts = tf.strings.split(self._token_texts, sep=stop[i])
+            return i + 1, tf.logical_or(hit, parts.row_lengths() > 1)
+
+        _, hit = tf.while_loop(lambda i, _: i < tf.size(stop), holds,
+                               (tf.constant(0), tf.zeros([self._vocab], tf.bool)))
+        return tf.cast(tf.where(hit)[:, 0], tf.int32)
 
     def _prompt_ids(self, prompt):
         """(int32 [L] ids of the prompt, whether it starts at the line start)."""
@@ -331,6 +420,18 @@ class ServingModule(tf.Module):
                 "has no line ends (--nosp_eos), so there is no line start: give a prompt")]):
             return tf.identity(encoded), from_line_start
 
+    def _continuation(self, ids, from_line_start, row):
+        """string scalar: the text of `row` [N] after the prompt `ids` [L]
+        (serving.prompts.continuation_text)."""
+        head = self.tokenizer.decode(ids)
+        head_len = tf.strings.length(head)
+        alone = self.tokenizer.decode(row)
+        full = self.tokenizer.decode(tf.concat([ids, row], 0))
+        prefix = tf.equal(tf.strings.substr(full, 0, head_len), head)
+        cut = tf.strings.substr(full, head_len, tf.strings.length(full) - head_len)
+        return tf.where(from_line_start, alone,
+                        tf.where(prefix, cut, tf.strings.join([" ", alone])))
+
     def _generate_sampled(self, prompt, num_tokens, num_samples, index, params, seed,
                           allow_unk):
         """The one decoding loop (samplers/decoding.py) and the texts of its tokens."""
@@ -338,26 +439,35 @@ class ServingModule(tf.Module):
         exclude = tf.cond(allow_unk, lambda: tf.zeros([0], tf.int32),
                           lambda: self._unknown_ids)  # [K]
         state = [tf.cast(s, tf.float32) for s in self._model.initial_state(1, 0)]
-        new_ids, _ = decode(self._next, state, ids, chunk_len=tf.constant(self._chunk_len),
-                            num_tokens=num_tokens, num_samples=num_samples, seed=seed,
-                            sampler_index=index, params=params, exclude_ids=exclude,
-                            samplers=self._samplers, vocab_size=self._vocab,
-                            state_shapes=self._invariants())  # [B, N]
+        new_ids = decode(self._next, state, ids, chunk_len=tf.constant(self._chunk_len),
+                         num_tokens=num_tokens, num_samples=num_samples, seed=seed,
+                         sampler_index=index, params=params, exclude_ids=exclude,
+                         samplers=self._samplers, vocab_size=self._vocab,
+                         state_shapes=self._invariants())["tokens"]  # [B, N]
 
-        head = self.tokenizer.decode(ids)
-        head_len = tf.strings.length(head)
-
-        def continuation(row):  # serving.generation.continuation_text
-            alone = self.tokenizer.decode(row)
-            full = self.tokenizer.decode(tf.concat([ids, row], 0))
-            prefix = tf.equal(tf.strings.substr(full, 0, head_len), head)
-            cut = tf.strings.substr(full, head_len, tf.strings.length(full) - head_len)
-            return tf.where(from_line_start, alone,
-                            tf.where(prefix, cut, tf.strings.join([" ", alone])))
+        def continuation(row):
+            return self._continuation(ids, from_line_start, row)
 
         continuations = tf.map_fn(continuation, new_ids, fn_output_signature=tf.string)
         return {"text": tf.strings.join([prompt, continuations]), "continuation": continuations,
                 "token_ids": new_ids, "prompt_ids": ids}
+
+
+def _token_text(tokenizer, i):
+    """The text of id `i` alone ("" if the tokenizer cannot decode it alone)."""
+    try:
+        return tokenizer.decode([i])
+    except (ValueError, RuntimeError, UnicodeError):
+        return ""
+
+
+def _cut_at_stops(text, stop):
+    """string scalar: `text` up to the first occurrence of any string of `stop` [S]."""
+    def cut(i, text):
+        return i + 1, tf.strings.split(text[None], sep=stop[i]).to_tensor("")[0, 0]
+
+    _, text = tf.while_loop(lambda i, _: i < tf.size(stop), cut, (tf.constant(0), text))
+    return text
 
 
 def export_saved_model(run, path, mem_len=None, overwrite=False):

@@ -20,7 +20,7 @@ from absl import logging
 from pardata.meta import META_FILE
 from samplers.registry import get_sampler, register_sampler, sampler_names
 from samplers.sampler import filter_logits, sample_tokens
-from serving.decoder import Decoder, check_sampling_args, generate
+from serving.decoder import Decoder, check_sampling_args, generate, resolve_sampler
 from serving.errors import GenerationError
 from serving.prompts import Prompt, continuation_text, encode_prompt, excluded_ids
 from serving.runs import Run, load_run, override_model, resolve_checkpoint
@@ -28,7 +28,8 @@ from serving.runs import Run, load_run, override_model, resolve_checkpoint
 __all__ = ["META_FILE", "Decoder", "GenerationError", "Prompt", "Run", "check_sampling_args",
            "continuation_text", "encode_prompt", "excluded_ids", "filter_logits", "generate",
            "generate_text", "get_sampler", "load", "load_run", "override_model",
-           "register_sampler", "resolve_checkpoint", "sample_tokens", "sampler_names"]
+           "register_sampler", "resolve_checkpoint", "resolve_sampler", "sample_tokens",
+           "sampler_names"]
 
 
 def load(model_dir=None, model=None, checkpoint="best", model_overrides=None):

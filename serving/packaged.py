@@ -45,7 +45,7 @@ from runstore import progress, run_dir
 from runstore.config import RunConfig
 from serving.errors import GenerationError
 from serving.runs import Run, override_model
-from serving.texts import generate_texts, score_texts
+from serving.texts import generate_texts, score_texts, stream_text
 
 # The families' layers must be registered before a package is deserialized.
 register_keras_objects()
@@ -168,24 +168,35 @@ class PackagedLM(keras.Model):
 
     def generate(self, prompts, max_length=None, *, num_tokens=None, sampler=None,
                  temperature=None, top_k=None, top_p=None, seed=None, allow_unk=False,
-                 sampler_args=None):
+                 sampler_args=None, stop=None, repetition_penalty=1.0, batch_size=32):
         """Continues each prompt as generate.py does for the same seed and options.
 
         `generate("The game", max_length=40, sampler="top_p", top_p=0.9, seed=1)`:
-        a str for a str, a list for a list of prompts (prompt i drawn with seed + i),
-        each the prompt followed by its continuation. `max_length` counts the
-        prompt's tokens (KerasHub's meaning), `num_tokens` only the new ones
-        (default 100); `sampler` is "greedy", "temperature", "top_k", "top_p" or
-        None (temperature, top_k and top_p combined as given), or any registered
-        sampler's name (samplers/registry.py) with its parameters in
-        `sampler_args` (a dict), or a `samplers.base.Sampler` instance. The
-        unknown-word token is never generated unless `allow_unk`. See
-        `serving.texts.generate_texts`.
+        a str for a str, a list for a list of prompts (prompt i drawn with seed + i,
+        the list decoded in batches of `batch_size`), each the prompt followed by
+        its continuation. `max_length` counts the prompt's tokens (KerasHub's
+        meaning), `num_tokens` only the new ones (default 100); `sampler` is
+        "greedy", "temperature", "top_k", "top_p" or None (temperature, top_k and
+        top_p combined as given), or any registered sampler's name
+        (samplers/registry.py) with its parameters in `sampler_args` (a dict), or
+        a `samplers.base.Sampler` instance. `stop` (a str or a list) ends each
+        continuation before the first stop string it holds ("\\n": the line's
+        end); `repetition_penalty` > 1 makes tokens already in the prompt or the
+        continuation less likely. The unknown-word token is never generated
+        unless `allow_unk`. See `serving.texts.generate_texts`.
         """
         return generate_texts(self._serving_run(), prompts, max_length, num_tokens=num_tokens,
                               sampler=sampler, temperature=temperature, top_k=top_k,
                               top_p=top_p, seed=seed, allow_unk=allow_unk,
-                              sampler_args=sampler_args)
+                              sampler_args=sampler_args, stop=stop,
+                              repetition_penalty=repetition_penalty, batch_size=batch_size)
+
+    def stream(self, prompt, max_length=None, **options):
+        """Yields the continuation `generate(prompt, max_length, **options)` returns (one
+        prompt, without it) piece by piece as it is decoded: `for piece in
+        lm.stream("The game", seed=1): print(piece, end="", flush=True)`. The same
+        options as `generate` but `batch_size`; see `serving.texts.stream_text`."""
+        return stream_text(self._serving_run(), prompt, max_length, **options)
 
     def score(self, texts, *, batch_size=None, seq_len=None, mem_len=None):
         """Perplexity of each text as evaluate.py --text_file gives it: a dict

@@ -87,3 +87,51 @@ def continuation_text(tokenizer, prompt, new_ids):
     if full.startswith(head):
         return full[len(head):]
     return " " + tokenizer.decode(new_ids)
+
+
+def stop_strings(stop):
+    """The stop strings of `stop` (None, a str or a list of str), checked.
+
+    Raises:
+        GenerationError: an empty stop string, or not strings.
+    """
+    if stop is None:
+        return ()
+    values = [stop] if isinstance(stop, str) else stop
+    if not isinstance(values, (list, tuple)) or not values or not all(
+            isinstance(v, str) for v in values):
+        raise GenerationError(f"stop={stop!r} must be a string or a non-empty list of strings")
+    if any(v == "" for v in values):
+        raise GenerationError("stop holds an empty string, which would end every continuation "
+                              "before its first token: give the text to stop at, e.g. "
+                              "stop='\\n' (the end of the line)")
+    return tuple(dict.fromkeys(values))
+
+
+def stop_token_ids(tokenizer, stops):
+    """The ids whose own text holds a stop string: drawing one ends the row at once.
+
+    A stop string spread over several tokens ends no row early; the text is
+    still cut before it (`cut_at_stop`). "\\n" finds the line-end token (<eos>).
+    """
+    if not stops:
+        return []
+    ids = []
+    for i in range(tokenizer.vocab_size):
+        try:
+            text = tokenizer.decode([i])
+        except (ValueError, RuntimeError, UnicodeError, DataError):
+            continue
+        if any(stop in text for stop in stops):
+            ids.append(i)
+    return ids
+
+
+def cut_at_stop(text, stops):
+    """`text` up to the first occurrence of any of `stops` (which is not kept)."""
+    cut = len(text)
+    for stop in stops:
+        found = text.find(stop)
+        if found >= 0:
+            cut = min(cut, found)
+    return text[:cut]

@@ -26,10 +26,11 @@ import numpy as np
 
 from samplers.base import Sampler, SamplerError
 from samplers.registry import get_sampler
+from serving import prompts as prompt_text
 from serving.decoder import check_sampling_args, resolve_sampler
 from serving.errors import EvaluationError, GenerationError
 from serving.evaluation import evaluate_run
-from serving.prompts import continuation_text, encode_prompt, excluded_ids
+from serving.prompts import continuation_text, cut_at_stop, encode_prompt, excluded_ids
 
 # The built-in sampler names of KerasHub's strategies (samplers/registry.py has them
 # all: `sampler_names()`), and generate.py's default length.
@@ -139,9 +140,51 @@ def _new_tokens(prompt, max_length, num_tokens, index):
     return int(max_length) - len(prompt.ids)
 
 
+def _generation_inputs(run, texts, max_length, num_tokens, sampler, temperature, top_k, top_p,
+                       seed, sampler_args, stop, repetition_penalty):
+    """(sampler, seed, encoded prompts, new tokens per prompt, stop strings, stop ids) of
+    generate_texts' arguments, checked."""
+    if max_length is not None and num_tokens is not None:
+        raise GenerationError("give max_length (the prompt's tokens included, as KerasHub) or "
+                              "num_tokens (new tokens, as generate.py), not both")
+    chosen = sampler_of(sampler, temperature, top_k, top_p, sampler_args)
+    check_sampling_args(DEFAULT_NUM_TOKENS if num_tokens is None else num_tokens,
+                        num_samples=len(texts))
+    stops = prompt_text.stop_strings(stop)
+    if isinstance(repetition_penalty, bool) or not isinstance(
+            repetition_penalty, (int, float, np.number)) or not (
+            np.isfinite(repetition_penalty) and repetition_penalty > 0):
+        raise GenerationError(f"repetition_penalty={repetition_penalty!r} must be a number > 0 "
+                              "(1: none; > 1 makes repeated tokens less likely)")
+    if seed is None:
+        seed = secrets.randbits(31)
+        logging.info("seed %d (pass seed=%d to reproduce)", seed, seed)
+    elif isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not (
+            0 <= seed < 2**62 - len(texts)):
+        raise GenerationError(f"seed={seed!r} must be an integer in [0, 2**62)")
+    encoded = []
+    for i, text in enumerate(texts):
+        if len(texts) > 1 and not text.strip():
+            raise GenerationError(f"prompts[{i}] is empty: give it text, or generate from a "
+                                  "line start with a single prompt \"\"")
+        try:
+            encoded.append(encode_prompt(run.tokenizer, text))
+        except GenerationError as error:
+            raise GenerationError(f"prompts[{i}]: {error}" if len(texts) > 1 else str(error)) \
+                from None
+    unknown = sorted({word for prompt in encoded for word in prompt.unknown_words})
+    if unknown:
+        logging.warning("prompt words unknown to the tokenizer, encoded as <unk>: %s",
+                        " ".join(unknown))
+    lengths = [_new_tokens(prompt, max_length, num_tokens, i) for i, prompt in enumerate(encoded)]
+    return (chosen, int(seed), encoded, lengths, stops,
+            prompt_text.stop_token_ids(run.tokenizer, stops))
+
+
 def generate_texts(run, prompts, max_length=None, *, num_tokens=None, sampler=None,
                    temperature=None, top_k=None, top_p=None, seed=None, allow_unk=False,
-                   mem_len=None, sampler_args=None):
+                   mem_len=None, sampler_args=None, stop=None, repetition_penalty=1.0,
+                   batch_size=32, chunk_len=None):
     """Continues each prompt (see the module docstring).
 
     Args:
@@ -160,6 +203,12 @@ def generate_texts(run, prompts, max_length=None, *, num_tokens=None, sampler=No
         allow_unk: let the unknown-word token be generated.
         mem_len: memory positions; None: the run's eval_mem_len.
         sampler_args: dict of the named sampler's parameters.
+        stop: a str or list of str: each continuation ends before the first
+            of them it holds ("\\n": at the end of the line); None: no stop.
+        repetition_penalty: > 0, 1 for none (`samplers.decoding.penalize`).
+        batch_size: prompts decoded together (they run as one batch: see
+            `serving.decoder.Decoder.generate_many`).
+        chunk_len: prompt tokens per forward pass; None: the run's seq_len.
 
     Returns:
         The prompt followed by its continuation: a str for a str, else a list.
@@ -168,31 +217,58 @@ def generate_texts(run, prompts, max_length=None, *, num_tokens=None, sampler=No
         GenerationError: an invalid argument, named.
     """
     texts, single = _as_list(prompts, "prompts")
-    if max_length is not None and num_tokens is not None:
-        raise GenerationError("give max_length (the prompt's tokens included, as KerasHub) or "
-                              "num_tokens (new tokens, as generate.py), not both")
-    chosen = sampler_of(sampler, temperature, top_k, top_p, sampler_args)
-    check_sampling_args(DEFAULT_NUM_TOKENS if num_tokens is None else num_tokens,
-                        num_samples=len(texts))
-    if seed is None:
-        seed = secrets.randbits(31)
-        logging.info("seed %d (pass seed=%d to reproduce)", seed, seed)
-    elif isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not (
-            0 <= seed < 2**62 - len(texts)):
-        raise GenerationError(f"seed={seed!r} must be an integer in [0, 2**62)")
-    encoded = [encode_prompt(run.tokenizer, text) for text in texts]
-    unknown = sorted({word for prompt in encoded for word in prompt.unknown_words})
-    if unknown:
-        logging.warning("prompt words unknown to the tokenizer, encoded as <unk>: %s",
-                        " ".join(unknown))
-    lengths = [_new_tokens(prompt, max_length, num_tokens, i) for i, prompt in enumerate(encoded)]
+    chosen, seed, encoded, lengths, stops, stop_ids = _generation_inputs(
+        run, texts, max_length, num_tokens, sampler, temperature, top_k, top_p, seed,
+        sampler_args, stop, repetition_penalty)
     decoder, exclude = run.decoder(mem_len), excluded_ids(run.tokenizer, allow_unk)
-    results = []
-    for i, (text, prompt, length) in enumerate(zip(texts, encoded, lengths)):
-        tokens = decoder.generate(prompt.ids, length, seed=int(seed) + i, exclude_ids=exclude,
-                                  chunk_len=run.config.seq_len, sampler=chosen)
-        results.append(text + continuation_text(run.tokenizer, prompt, tokens[0]))
+    rows = decoder.generate_many(
+        [prompt.ids for prompt in encoded], lengths, seed=seed, sampler=chosen,
+        exclude_ids=exclude, stop_ids=stop_ids, repetition_penalty=repetition_penalty,
+        chunk_len=chunk_len or run.config.seq_len, batch_size=batch_size)
+    results = [text + cut_at_stop(continuation_text(run.tokenizer, prompt, tokens), stops)
+               for text, prompt, tokens in zip(texts, encoded, rows)]
     return results[0] if single else results
+
+
+def stream_text(run, prompt, max_length=None, *, num_tokens=None, sampler=None,
+                temperature=None, top_k=None, top_p=None, seed=None, allow_unk=False,
+                mem_len=None, sampler_args=None, stop=None, repetition_penalty=1.0,
+                chunk_len=None):
+    """Yields the continuation `generate_texts(run, prompt, ...)` returns, piece by piece
+    as it is decoded: the pieces joined are the continuation (the prompt is not yielded).
+
+    A piece is yielded once the text decoded so far extends the text before it
+    (a sentencepiece or byte token may change how the previous one reads), and
+    never past a stop string: the text is held back while it may be one's start.
+    """
+    if not isinstance(prompt, str):
+        raise GenerationError("prompt must be a string (stream one prompt at a time)")
+    chosen, seed, encoded, lengths, stops, stop_ids = _generation_inputs(
+        run, [prompt], max_length, num_tokens, sampler, temperature, top_k, top_p, seed,
+        sampler_args, stop, repetition_penalty)
+    encoded = encoded[0]
+    pieces = run.decoder(mem_len).stream(
+        encoded.ids, lengths[0], seed=seed, sampler=chosen, stop_ids=stop_ids,
+        exclude_ids=excluded_ids(run.tokenizer, allow_unk),
+        chunk_len=chunk_len or run.config.seq_len, repetition_penalty=repetition_penalty)
+    tokens, given = [], ""
+    hold = max((len(s) - 1 for s in stops), default=0)  # what may start a stop string
+    for new in pieces:
+        tokens.extend(int(i) for i in new)
+        text = continuation_text(run.tokenizer, encoded, tokens)
+        final = cut_at_stop(text, stops)
+        if final != text:  # a stop string: the rest is never shown
+            if len(final) > len(given):
+                yield final[len(given):]
+            return
+        # An unfinished UTF-8 character (a byte token) reads as U+FFFD until it is whole.
+        safe = len(text.rstrip("\ufffd")) - hold
+        if safe > len(given) and text.startswith(given):
+            yield text[len(given):safe]
+            given = text[:safe]
+    text = cut_at_stop(continuation_text(run.tokenizer, encoded, tokens), stops)
+    if len(text) > len(given):
+        yield text[len(given):]
 
 
 def score_texts(run, texts, *, batch_size=None, seq_len=None, mem_len=None):

@@ -8,7 +8,8 @@ import shlex
 import pytest
 
 ENTRY_POINTS = [
-    "bench.bench_adaptive_softmax", "bench.bench_batch_split", "bench.bench_data",
+    "bench.bench_adaptive_softmax", "bench.bench_batch_split", "bench.bench_batched_generation",
+    "bench.bench_data",
     "bench.bench_families", "bench.bench_generation", "bench.bench_lstm",
     "bench.bench_optimal_cuts",
     "bench.bench_span", "bench.bench_span_reference", "bench.bench_threads",

@@ -30,6 +30,15 @@ PROMPT = "The game of the year"
 SAMPLING = {"num_tokens": 12, "num_samples": 2, "seed": 7, "top_k": 40, "top_p": 0.95,
             "temperature": 0.9, "greedy": False}
 GREEDY = dict(SAMPLING, greedy=True, seed=0)
+# Prompts of several lengths decoded as one batch (prompt i with seed + i), with a stop string
+# and the repetition penalty: in the SavedModel (generate_batch), the Python API and
+# generate.py --each_line, against the library on the run, one prompt at a time.
+BATCH = [PROMPT, "The", PROMPT + " , and the first game of the series"]
+BATCH_OPTIONS = {"num_tokens": 10, "seed": 11, "sampler": "top_k", "top_k": 40,
+                 "temperature": 0.9, "stop": ["."], "repetition_penalty": 1.2}
+BATCH_FLAGS = ["--num_tokens=10", "--seed=11", "--sampler=top_k",
+               "--sampler_args=top_k=40,temperature=0.9", "--stop=.",
+               "--repetition_penalty=1.2", "--each_line"]
 
 # Loads every SavedModel with TensorFlow and tensorflow_text only, runs its generate
 # signature, then loads every .keras package with the project's code and generates
@@ -50,14 +59,23 @@ for name, case in cases.items():
                   top_k=tf.constant(o["top_k"]), top_p=tf.constant(o["top_p"], tf.float32),
                   greedy=tf.constant(o["greedy"]), seed=tf.constant(o["seed"], tf.int64))
     result = signatures["generate"](**inputs)
+    b = case["batch_options"]
+    batch = signatures["generate_batch"](
+        prompts=tf.constant(case["batch"]), num_tokens=tf.constant(b["num_tokens"]),
+        sampler=tf.constant(b["sampler"]),
+        params=tf.constant([b["top_k"], b["temperature"]], tf.float32),
+        seed=tf.constant(b["seed"], tf.int64), allow_unk=tf.constant(False),
+        stop=tf.constant(b["stop"]), repetition_penalty=tf.constant(b["repetition_penalty"]))
     out[name] = {"saved_text": [t.decode("utf-8") for t in result["text"].numpy()],
                  "saved_ids": result["token_ids"].numpy().tolist(),
                  "saved_unk_ids": signatures["generate_allow_unk"](
-                     **inputs)["token_ids"].numpy().tolist()}
+                     **inputs)["token_ids"].numpy().tolist(),
+                 "saved_batch": [t.decode("utf-8") for t in batch["text"].numpy()]}
 project = sorted(m for m in sys.modules if m.split(".")[0] in
                  ("model", "serving", "training", "pardata", "data_utils"))
 assert not project, project
 
+import par
 from serving.generation import encode_prompt
 from serving.packaged import load_package
 
@@ -70,6 +88,8 @@ for name, case in cases.items():
         top_k=o["top_k"], top_p=o["top_p"], greedy=o["greedy"], seed=o["seed"],
         chunk_len=run.config.seq_len, exclude_ids=run.tokenizer.unknown_ids())
     out[name]["keras_ids"] = tokens.tolist()
+    out[name]["keras_batch"] = par.load(case["keras"]).generate(case["batch"],
+                                                                **case["batch_options"])
 print("RESULT " + json.dumps(out))
 """
 
@@ -95,6 +115,7 @@ def _samples(stdout):
 def test_exports_alone_reproduce_the_run(tmp_path, wikitext2_root, cli_cases):
     from serving import export
     from serving.generation import encode_prompt, load_run
+    from serving.texts import generate_texts
 
     cases = {}
     for tokenizer in TOKENIZERS:
@@ -109,13 +130,14 @@ def test_exports_alone_reproduce_the_run(tmp_path, wikitext2_root, cli_cases):
             options = GREEDY if name == "sha_rnn-byte" else SAMPLING
             cases[name] = {"run": str(run_dir), "data": str(data_dir), "options": options,
                            "prompt": PROMPT, "keras": str(tmp_path / f"{name}.keras"),
-                           "saved": str(tmp_path / f"{name}_saved")}
+                           "saved": str(tmp_path / f"{name}_saved"), "batch": BATCH,
+                           "batch_options": BATCH_OPTIONS}
 
     # The runs: generate.py --model_dir, the library's ids, and both exports.
     by_dir = cli_cases("generate.py", {
         name: [f"--model_dir={c['run']}", f"--prompt={c['prompt']}", *_flags(c["options"])]
         for name, c in cases.items()})
-    expected_ids, unk_ids, unknown = {}, {}, {}
+    expected_ids, unk_ids, unknown, one_at_a_time, unstopped = {}, {}, {}, {}, {}
     for name, case in cases.items():
         code, stdout, stderr = by_dir[name]
         assert code == 0, (name, stderr[-2000:])
@@ -128,6 +150,11 @@ def test_exports_alone_reproduce_the_run(tmp_path, wikitext2_root, cli_cases):
                 num_samples=o["num_samples"], temperature=o["temperature"], top_k=o["top_k"],
                 top_p=o["top_p"], greedy=o["greedy"], seed=o["seed"],
                 chunk_len=run.config.seq_len, exclude_ids=exclude).tolist()
+        options = dict(BATCH_OPTIONS, seed=None)
+        one_at_a_time[name] = [generate_texts(run, text, seed=BATCH_OPTIONS["seed"] + i, **options)
+                               for i, text in enumerate(BATCH)]
+        unstopped[name] = generate_texts(run, BATCH, **dict(options, stop=None,
+                                                            seed=BATCH_OPTIONS["seed"]))
         export.export_keras(run, case["keras"])
         export.export_saved_model(run, case["saved"])
 
@@ -138,7 +165,12 @@ def test_exports_alone_reproduce_the_run(tmp_path, wikitext2_root, cli_cases):
 
     # With them, the prompt from standard input (--prompt_file=-, no prompt file needed).
     piped = "transformer_xl-sentencepiece"
+    lines = tmp_path / "prompts.txt"
+    lines.write_text("\n".join(BATCH) + "\n", encoding="utf-8")
+    each_line = {f"{name}-lines": [f"--model={cases[name]['keras']}", f"--prompt_file={lines}",
+                                   *BATCH_FLAGS] for name in (piped, "sha_rnn-word")}
     by_file = cli_cases("generate.py", {
+        **each_line,
         **{name: [f"--model={c['keras']}", f"--prompt={c['prompt']}", *_flags(c["options"])]
            for name, c in cases.items()},
         "piped": [f"--model={cases[piped]['keras']}", "--prompt_file=-",
@@ -162,6 +194,16 @@ def test_exports_alone_reproduce_the_run(tmp_path, wikitext2_root, cli_cases):
         assert clean[name]["saved_ids"] == expected_ids[name], name
         assert clean[name]["saved_unk_ids"] == unk_ids[name], name
         assert clean[name]["saved_text"] == texts, name
+        assert clean[name]["saved_batch"] == one_at_a_time[name], name
+        assert clean[name]["keras_batch"] == one_at_a_time[name], name
+    for name in each_line:
+        code, stdout, stderr = by_file[name]
+        expected = "".join(f"=== prompt {i} (seed {BATCH_OPTIONS['seed'] + i}) ===\n{text}\n"
+                           for i, text in enumerate(one_at_a_time[name[:-len("-lines")]]))
+        assert code == 0 and stdout == expected, (stdout, stderr[-2000:])
+    # The stop string cut some continuations short of their 10 tokens.
+    assert any(len(cut) < len(text) for name in cases
+               for cut, text in zip(one_at_a_time[name], unstopped[name]))
     # The prompt can come from standard input (--prompt_file=-), no prompt file needed.
     code, stdout, stderr = by_file["piped"]
     assert code == 0 and stdout == by_dir[piped][1], stderr[-2000:]

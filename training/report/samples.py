@@ -57,10 +57,10 @@ class TextSampler:
             return ""
         dataset = make_dataset(self.config.data_dir, "valid", meta=self.meta)
         prompt = next(iter(dataset))[0][:1]  # [1, T]
-        tokens, _ = self._decoding.run(
+        tokens = self._decoding.run(
             prompt[0].numpy(), num_tokens, get_sampler("sample"),
             state=self.model.initial_state(1, self.mem_len), chunk_len=int(prompt.shape[1]),
             seed=self.config.model.seed, step_offset=step * _STEP_STRIDE,
-            exclude_ids=self.tokenizer.unknown_ids())  # never <unk>
+            exclude_ids=self.tokenizer.unknown_ids())["tokens"]  # never <unk>
         prompt_text = self.tokenizer.decode(prompt[0].numpy().tolist())
         return f"{prompt_text} || {self.tokenizer.decode(tokens[0].numpy().tolist())}"
