@@ -26,12 +26,17 @@ model's ids), and the run's generation settings (seq_len, eval_mem_len):
   code (`import tensorflow_text` first for a sentencepiece tokenizer); the
   tokenizer files are also in `output/tokenizer/`.
 
+Each export carries its model card (serving/card.py: Markdown made from the
+run's files: data, model, parameters, training, valid and test figures, source,
+intended use): a `.keras` file holds it (`par.load(path).card`) with a copy
+beside it (`lm.keras` -> `lm.md`); a SavedModel holds it as `output/README.md`.
+
 tests/serving/test_self_contained.py checks, for both model families and the
 word, sentencepiece and byte tokenizers, that with the run directory and its
 data deleted, generate.py --model and the SavedModel's generate signature
 reproduce generate.py --model_dir token for token in a clean process.
 
-The output is written to a temporary path and renamed at the end. Errors a
+The output (and its card) is written to a temporary path and renamed at the end. Errors a
 user can cause (a full disk too) end in one line `error: ...` on stderr and
 exit status 1; Ctrl-C / SIGTERM end in one line `interrupted: ...` and status
 130 / 143, with nothing written.

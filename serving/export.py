@@ -72,11 +72,15 @@ min(M + T, mem_len) positions; feeding `new_state_i` back as `state_i` with
 the next segment continues the text. The tokenizer files and meta.json are
 also written to `path/tokenizer/` for Python (`data_utils.load_tokenizer`).
 
-Both exports are written to a temporary path next to the output and renamed
-at the end, so a failed export (a full disk, an interruption) leaves nothing
-behind; a failed write is an `ExportError` naming the output and the error.
-What an export killed mid-write left beside the output (its temporary) is
-removed by the next export to the same output.
+Each export carries its model card (serving/card.py: Markdown read from the
+run's files): a `.keras` file holds it (`PackagedLM.card`) and has a copy beside
+it (`lm.keras` -> `lm.md`); a SavedModel directory holds it as `README.md`.
+
+Both exports, with their cards, are written to temporary paths next to the
+output and renamed at the end, so a failed export (a full disk, an
+interruption) leaves nothing behind; a failed write is an `ExportError`
+naming the output and the error. What an export killed mid-write left beside
+the output (its temporary) is removed by the next export to the same output.
 
 Size glossary: B batch (samples), T segment length, M memory length, D
 d_model, V vocabulary size, L prompt tokens, N generated tokens.
@@ -94,6 +98,7 @@ from pardata.meta import META_FILE
 from runstore import run_dir
 from samplers.decoding import Options, decode, decode_prompts, join_after_of, sampler_checks
 from samplers.registry import registered
+from serving.card import SAVED_MODEL_CARD, card_path, render_card, run_facts
 from serving.errors import GenerationError
 
 SIGNATURE = "serve"
@@ -120,7 +125,8 @@ def check_output(path, overwrite, name=None,
         The path, a str.
 
     Raises:
-        ExportError: the path is empty, exists (without `overwrite`), its
+        ExportError: the path (or, for a `.keras` file, the model card written beside
+            it, `serving.card.card_path`) is empty, exists (without `overwrite`), its
             directory does not exist or cannot be written (read-only, no permission).
     """
     path = os.fspath(path)
@@ -131,6 +137,10 @@ def check_output(path, overwrite, name=None,
     if os.path.exists(path) and not overwrite:
         raise ExportError(f"{name} already exists: remove it, choose another output or "
                           f"{overwrite_fix}")
+    card = card_path(path) if path.endswith(".keras") else None
+    if card and os.path.exists(card) and not overwrite:
+        raise ExportError(f"{card}, the model card export writes beside {name}, already "
+                          f"exists: remove it, choose another output or {overwrite_fix}")
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise ExportError(f"the directory {parent} of {name} does not exist: create it first")
@@ -143,7 +153,8 @@ def check_output(path, overwrite, name=None,
 
 
 def export_keras(run, path, overwrite=False, dtype="float32"):
-    """Saves the run's model with its tokenizer as one `.keras` file.
+    """Saves the run's model with its tokenizer as one `.keras` file, its model card inside
+    (`PackagedLM.card`) and beside it (`serving.card.card_path`: `lm.keras` -> `lm.md`).
 
     Args:
         run: a `serving.generation.Run` (from `load_run` or `load_package`).
@@ -157,8 +168,9 @@ def export_keras(run, path, overwrite=False, dtype="float32"):
         The path written.
 
     Raises:
-        ExportError: the name does not end in ".keras", the file exists, its
-            directory does not exist, or an unknown dtype.
+        ExportError: the name does not end in ".keras", the file or its card exists,
+            its directory does not exist, or an unknown dtype; a failed write (neither
+            the file nor its card is left).
     """
     from serving.packaged import package_run
 
@@ -168,12 +180,43 @@ def export_keras(run, path, overwrite=False, dtype="float32"):
     if dtype not in DTYPES:
         raise ExportError(f"dtype={dtype!r} must be one of {', '.join(DTYPES)}")
     _remove_stale_temporaries(path)
+    _remove_stale_temporaries(card_path(path))
     try:
-        with run_dir.atomic_output(path, suffix=".keras") as tmp:  # Keras wants the suffix
-            package_run(run, dtype=dtype).save(tmp)
+        _save_with_card(package_run(run, dtype=dtype), path)
     except (run_dir.WriteError, tf.errors.OpError) as error:
         raise _write_error(path, error) from None
     return path
+
+
+def _save_with_card(package, path):
+    """Saves `package` to `path` and its card beside it (`card_path`): both or neither.
+
+    Both are written to temporaries first; the package is renamed into place, then the
+    card; if the card's rename fails, the new package is removed again.
+    """
+    placed = False
+    try:
+        with run_dir.atomic_output(card_path(path)) as card_tmp:
+            with run_dir.atomic_output(path, suffix=".keras") as tmp:  # Keras wants the suffix
+                package.save(tmp)
+                _write_text(card_tmp, package.card)
+            placed = True
+    except BaseException:
+        if placed:
+            _remove_file(path)
+        raise
+
+
+def _write_text(path, text):
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def _remove_file(path):
+    try:
+        os.remove(path)
+    except OSError:
+        pass
 
 
 class _Untracked:
@@ -472,7 +515,7 @@ def _cut_at_stops(text, stop):
 
 def export_saved_model(run, path, mem_len=None, overwrite=False):
     """Writes a TensorFlow SavedModel with the generate, tokenize, detokenize and serve
-    signatures (see the module docstring).
+    signatures (see the module docstring) and its model card, `README.md`.
 
     Args:
         run: a `serving.generation.Run` (from `load_run` or `load_package`).
@@ -490,6 +533,7 @@ def export_saved_model(run, path, mem_len=None, overwrite=False):
     mem_len = run.default_mem_len if mem_len is None else int(mem_len)
     if mem_len < 0:
         raise ExportError(f"mem_len={mem_len} must be >= 0")
+    card = render_card(run_facts(run, "saved_model"))  # before the long tracing
     _remove_stale_temporaries(path)
     tmp = None
     try:
@@ -500,6 +544,7 @@ def export_saved_model(run, path, mem_len=None, overwrite=False):
                                        assets)
                 tf.saved_model.save(module, tmp, signatures=module.signatures())
             _write_tokenizer(run, os.path.join(tmp, TOKENIZER_DIR))
+            _write_text(os.path.join(tmp, SAVED_MODEL_CARD), card)
             if os.path.exists(path):  # the old output goes only once the new one is whole
                 shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
     except (run_dir.WriteError, tf.errors.OpError) as error:

@@ -14,7 +14,12 @@
   batch sizes) is in the layer's config;
 - `run_config`: the run's TrainConfig as JSON, its paths reduced to base
   names (the recipe, and seq_len / eval_mem_len, the generation and
-  evaluation defaults), and `source`: run name, checkpoint and step.
+  evaluation defaults), and `source`: run name, checkpoint and step;
+- `card`: the model card (Markdown, serving/card.py) export.py wrote, and
+  `records`: the run directory's facts it was made from that the package holds
+  nowhere else (metrics.json, the training time), both in the config. A
+  package written before cards has neither: its `card` is built on demand
+  from what it holds, its figures reading "not recorded".
 
 So a `.keras` file alone generates and evaluates text (`generate.py
 --model=`, `evaluate.py --model=`): no run directory, no built data. In
@@ -41,8 +46,9 @@ from model.families import FAMILIES, build_model, family_of, register_keras_obje
 from model.interface import check_model
 from pardata import tokenizers
 from pardata.errors import DataError
-from runstore import progress, run_dir
+from runstore import progress
 from runstore.config import RunConfig
+from serving import card as model_card
 from serving.errors import GenerationError
 from serving.runs import Run, override_model
 from serving.texts import generate_texts, score_texts, stream_text
@@ -134,7 +140,7 @@ class PackagedLM(keras.Model):
     """
 
     def __init__(self, lm, tokenizer_assets, run_config, source=None,
-                 storage_dtype="float32", **kwargs):
+                 storage_dtype="float32", card=None, records=None, **kwargs):
         kwargs.pop("trainable", None)
         super().__init__(**kwargs)
         if storage_dtype not in STORAGE_DTYPES:
@@ -144,6 +150,8 @@ class PackagedLM(keras.Model):
         self._run_config_json = json.dumps(run_config, sort_keys=True)
         self._source_json = json.dumps(source or {}, sort_keys=True)
         self.storage_dtype = storage_dtype
+        self._card = card
+        self._records_json = None if records is None else json.dumps(records, sort_keys=True)
         self._cache = _RunCache()
         self.built = True
 
@@ -162,6 +170,27 @@ class PackagedLM(keras.Model):
     @property
     def source(self):
         return json.loads(self._source_json)
+
+    @property
+    def records(self):
+        """dict or None: the run directory's facts the card reads (`serving.card.read_records`:
+        metrics.json, the training time); None for a package written before cards."""
+        return None if self._records_json is None else json.loads(self._records_json)
+
+    @property
+    def card(self):
+        """str: the package's model card (Markdown, serving/card.py), as export.py wrote it
+        inside the file; for a package written before cards, one built from what it holds
+        (its figures then read "not recorded")."""
+        if self._card is None:
+            self._card = model_card.render_card(self._card_facts())
+        return self._card
+
+    def _card_facts(self):
+        return model_card.CardFacts(
+            meta=self.meta, run_config=self.run_config, family=self.lm.family,
+            parameters=model_card.parameter_counts(self.lm), source=self.source,
+            storage_dtype=self.storage_dtype, records=self.records or {}, export_format="keras")
 
     def call(self, inputs, state=None, training=False, mem_len=None):
         return self.lm(inputs, state, training=training, mem_len=mem_len)
@@ -222,7 +251,7 @@ class PackagedLM(keras.Model):
         return {"name": self.name, "lm": lm,
                 "tokenizer_assets": keras.saving.serialize_keras_object(self.tokenizer_assets),
                 "run_config": self.run_config, "source": self.source,
-                "storage_dtype": self.storage_dtype}
+                "storage_dtype": self.storage_dtype, "card": self.card, "records": self.records}
 
     @classmethod
     def from_config(cls, config):
@@ -231,15 +260,6 @@ class PackagedLM(keras.Model):
 
 class PackageError(GenerationError):
     """A file that is not a usable package (the message names it and the fix)."""
-
-
-def _sanitized_run_config(config):
-    """The run's config as a dict without the machine's paths (base names only)."""
-    values = config.to_dict()
-    for name in ("model_dir", "data_dir"):
-        values[name] = os.path.basename(os.path.normpath(values[name])) or values[name]
-    values["logdir"] = ""
-    return values
 
 
 def package_run(run, dtype="float32"):
@@ -267,15 +287,10 @@ def package_run(run, dtype="float32"):
         lm = stored
     if run.meta is None:
         raise ValueError("the run has no meta.json (Run.meta) to package")
-    if run.package is not None:
-        source = dict(run.package.source)
-    else:
-        source = {"run": os.path.basename(os.path.normpath(run.model_dir or run.config.model_dir)),
-                  "checkpoint": os.path.relpath(run.checkpoint_path, run.model_dir)
-                  if run.model_dir else os.path.basename(run.checkpoint_path),
-                  "step": run_dir.checkpoint_step(run.checkpoint_path)}
+    facts = model_card.run_facts(run, "keras", storage_dtype=dtype)
     return PackagedLM(lm, TokenizerAssets(run.meta, run.tokenizer, name="tokenizer"),
-                      _sanitized_run_config(run.config), source=source, storage_dtype=dtype,
+                      facts.run_config, source=facts.source, storage_dtype=dtype,
+                      card=model_card.render_card(facts), records=facts.records,
                       name="packaged_lm")
 
 

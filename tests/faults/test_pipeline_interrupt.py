@@ -192,7 +192,7 @@ def test_after_every_interruption_the_pipeline_ends_as_the_uninterrupted_one(pip
         for directory in (search, retrain, run / "out"):
             assert not leftovers(directory), leftovers(directory)
             assert not (directory / ".lock").exists()
-        assert sorted(os.listdir(run / "out")) == ["model.keras"], name
+        assert sorted(os.listdir(run / "out")) == ["model.keras", "model.md"], name
 
 
 def _stored(run):

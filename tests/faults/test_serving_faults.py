@@ -109,5 +109,5 @@ def test_interrupted_export_and_evaluation_write_nothing(serving_cases):
         assert code == status, (name, err[-2000:])
         assert err.strip().splitlines()[-1] == line, name
         assert "Traceback" not in err, name
-    assert sorted(os.listdir(out)) == ["best.json", "eval.json", "latest.keras"]
+    assert sorted(os.listdir(out)) == ["best.json", "eval.json", "latest.keras", "latest.md"]
     assert not leftovers(out)

@@ -192,8 +192,8 @@ def _full_disk_message(path):
 
 @pytest.fixture
 def fake_saved_model(monkeypatch):
-    """A run whose SavedModel export writes `saved_model.pb` and the tokenizer directory
-    without a model; `fail(error)` makes the tokenizer step raise."""
+    """A run whose SavedModel export writes `saved_model.pb`, the tokenizer directory and
+    a model card without a model; `fail(error)` makes the tokenizer step raise."""
     import tensorflow as tf
 
     from serving import export
@@ -214,6 +214,8 @@ def fake_saved_model(monkeypatch):
                         lambda *args: types.SimpleNamespace(signatures=dict))
     monkeypatch.setattr(tf.saved_model, "save", save)
     monkeypatch.setattr(export, "_write_tokenizer", write_tokenizer)
+    monkeypatch.setattr(export, "run_facts", lambda run, export_format: None)
+    monkeypatch.setattr(export, "render_card", lambda facts: "card\n")
     run = types.SimpleNamespace(default_mem_len=4, model=None, tokenizer=None,
                                 config=types.SimpleNamespace(seq_len=8))
     return run, failure.append
@@ -230,7 +232,7 @@ def test_a_saved_model_replaces_an_existing_directory_and_stale_temporaries(
     (tmp_path / f".saved{_DEAD}").mkdir()  # an export killed mid-write
     assert export.export_saved_model(run, saved, overwrite=True) == str(saved)
     assert os.listdir(tmp_path) == ["saved"]
-    assert sorted(os.listdir(saved)) == ["saved_model.pb", "tokenizer"]
+    assert sorted(os.listdir(saved)) == ["README.md", "saved_model.pb", "tokenizer"]
 
 
 def test_a_failed_saved_model_keeps_the_old_directory_and_leaves_no_temporary(
