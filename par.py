@@ -5,7 +5,10 @@
 
     lm = keras.saving.load_model("pretrained/wt2_base.keras")  # or par.load(path)
     lm.generate("The game was released in", max_length=40, sampler="top_p", top_p=0.9, seed=1)
+    lm.generate(["The game", "In 1990"], num_tokens=30, seed=1, stop="\n")  # one batch
+    for piece in lm.stream("The game", seed=1): print(piece, end="")
     lm.score("The game was released in 2004 .")["perplexity"]
+    print(lm.card)                   # the model card export.py wrote
 
 Importing this module registers every Keras class a `.keras` file of the
 project holds (the package `PackagedLM`, its `TokenizerAssets`, the layers
@@ -18,7 +21,11 @@ Entry points:
                                      one-line errors (a missing or damaged
                                      file, another project's file)
     generate(model, prompts, ...)    `model.generate`: the text generate.py
-                                     prints for the same seed and options
+                                     prints for the same seed and options (a
+                                     list: one batch, prompt i with seed + i;
+                                     stop=, repetition_penalty=)
+    stream(model, prompt, ...)       `model.stream`: the same text, yielded
+                                     piece by piece as it is decoded
     score(model, texts, ...)         `model.score`: evaluate.py's perplexity,
                                      NLL per token and tokens of each text
     PackagedLM                       the loaded model (serving/packaged.py)
@@ -41,7 +48,7 @@ from serving.texts import SAMPLERS
 
 __all__ = ["EvaluationError", "GenerationError", "PackageError", "PackagedLM", "Param",
            "SAMPLERS", "Sampler", "generate", "load", "register_sampler", "sampler_names",
-           "score", "unregister_sampler"]
+           "score", "stream", "unregister_sampler"]
 
 
 def load(path):
@@ -58,6 +65,11 @@ def load(path):
 def generate(model, prompts, max_length=None, **options):
     """`model.generate(prompts, max_length, **options)` (see `PackagedLM.generate`)."""
     return model.generate(prompts, max_length, **options)
+
+
+def stream(model, prompt, max_length=None, **options):
+    """`model.stream(prompt, max_length, **options)` (see `PackagedLM.stream`)."""
+    return model.stream(prompt, max_length, **options)
 
 
 def score(model, texts, **settings):

@@ -75,9 +75,10 @@ GROUPS = {
     ),
     "generate.py": (
         ("model", ("model", "model_dir", "checkpoint")),
-        ("prompt", ("prompt", "prompt_file")),
+        ("prompt", ("prompt", "prompt_file", "each_line", "batch_size")),
         ("sampling", ("num_tokens", "num_samples", "temperature", "top_k", "top_p", "greedy",
-                      "sampler", "sampler_args", "seed", "allow_unk")),
+                      "sampler", "sampler_args", "seed", "allow_unk", "repetition_penalty")),
+        ("output", ("stop", "stream")),
         ("memory", ("mem_len", "chunk_len")),
     ),
     "evaluate.py": (

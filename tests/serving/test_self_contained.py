@@ -150,7 +150,7 @@ def test_exports_alone_reproduce_the_run(tmp_path, wikitext2_root, cli_cases):
                 num_samples=o["num_samples"], temperature=o["temperature"], top_k=o["top_k"],
                 top_p=o["top_p"], greedy=o["greedy"], seed=o["seed"],
                 chunk_len=run.config.seq_len, exclude_ids=exclude).tolist()
-        options = dict(BATCH_OPTIONS, seed=None)
+        options = {key: value for key, value in BATCH_OPTIONS.items() if key != "seed"}
         one_at_a_time[name] = [generate_texts(run, text, seed=BATCH_OPTIONS["seed"] + i, **options)
                                for i, text in enumerate(BATCH)]
         unstopped[name] = generate_texts(run, BATCH, **dict(options, stop=None,
