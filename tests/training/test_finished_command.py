@@ -90,3 +90,22 @@ def test_the_whole_commands_later_steps_are_the_retrains(tmp_path, tiny_data):
     assert total_steps(search, records) == 4
     assert plugins.later_steps(search.replace(model=search.model.replace(
         architecture="af")), records) == 0
+
+
+def test_a_finished_search_names_its_retrain_from_its_files(tmp_path, tiny_data):
+    """The follow-up of a search that finished in an earlier process comes from its
+    config and metrics.json (no model): what the plug-in instance retrains."""
+    from training.plugins.par_search.plugin import ParSearch
+    from training.plugins.par_search.retrain import retrain_config
+
+    config = _config([f"--data_dir={tiny_data}", f"--model_dir={tmp_path / 's'}",
+                      "--preset=tiny", "--num_blocks=2", "--max_steps=4", "--then_retrain"])
+    decided = {"architecture": "af", "derivation": {"decided_step": 3}}
+    follow = ParSearch.finished_follow_up(config, decided)
+    assert follow == retrain_config(config, "af") and follow.model.architecture == "af"
+    undecided = {"architecture": "fa", "derivation": {"decided_step": None}}
+    assert ParSearch.finished_follow_up(config, undecided) is None
+    stable = config.replace(search=config.search.replace(stop_rule="stable"))
+    assert ParSearch.finished_follow_up(stable, undecided).model.architecture == "fa"
+    alone = config.replace(search=config.search.replace(then_retrain=False))
+    assert ParSearch.finished_follow_up(alone, decided) is None

@@ -147,6 +147,8 @@ def test_a_command_stopped_between_the_stages_resumes_the_retrain_not_the_search
     train_lines = [line for line in (tmp_path / "search" / "training_log.log").read_text()
                    .splitlines() if line not in log_before.splitlines()]
     assert not any(" loss=" in line for line in train_lines)
+    # Nor evaluated again: the finished search is read from its files, its log untouched.
+    assert train_lines == []
     assert results["retrain"]["architecture"] == expected["retrain"]["architecture"]
     for which in ("best", "last"):
         for split in ("valid", "test"):

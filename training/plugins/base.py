@@ -12,7 +12,8 @@ grouping below says which:
   `on_log`, `on_finish`;
 - on the host after the run, on the class (no instance: the end-of-run summary
   is made from the run's config and results, training/report/summary.py):
-  `summary_lines`, `next_commands`.
+  `summary_lines`, `next_commands`; and `finished_follow_up` / `merge_follow_up`,
+  the follow-up of a run that finished in an earlier process, from its files.
 
 A plug-in package declares itself in one place, a `Registration` named
 `PLUGIN` in its `__init__.py` (read without TensorFlow): the class (loaded
@@ -170,6 +171,17 @@ class Plugin:
 
     def after_follow_up(self, results, followed):
         """This run's results once the follow-up run returned `followed` (its results)."""
+        return type(self).merge_follow_up(self.config, results, followed)
+
+    @classmethod
+    def finished_follow_up(cls, config, results):
+        """`follow_up` of a run that finished in an earlier process, from its config and
+        metrics.json (`results`) alone: no model is built, nothing is evaluated again."""
+        return None
+
+    @classmethod
+    def merge_follow_up(cls, config, results, followed):
+        """`after_follow_up` from the run's config: its results with the follow-up's."""
         return results
 
     def on_start(self, model_dir, resumed_step):

@@ -38,6 +38,7 @@ from pardata.errors import DataError
 from pardata.meta import verify_built
 from pardata.records import load_built, unigram_counts
 from runstore import checkpoints, run_dir, run_lock
+from training import plugins
 from training.report.log import read_training_log
 from training.report.summary import default_logdir, format_duration
 from training.run import checkpoint as checkpoint_lib
@@ -47,6 +48,7 @@ from training.run.checkpoint import NonFiniteError
 from training.run.host import RunLoop
 from training.run.interrupt import TrainingInterrupted
 from training.run.trainer import Trainer
+from training.setup import finished
 from training.setup.checks import check_data, check_model_dir, check_replicas, check_resume
 from training.setup.config import ConfigError
 
@@ -126,17 +128,32 @@ def train(config, callbacks=None, *, strategy=None, overwrite=False, stop_reques
 
 
 def _train_runs(config, callbacks, strategy, overwrite, stop):
-    """The run of `config`, then the runs its plug-ins name next: metrics.json of the first."""
-    results, plugins = _train_one(config, callbacks, strategy, overwrite, stop)
-    for plugin in plugins:
-        follow = plugin.follow_up(config, results)
+    """The run of `config`, then the runs its plug-ins name next: metrics.json of the first.
+
+    A first run that finished in an earlier process (the pipeline resumed in its
+    retrain) is read from its files: its metrics.json and the plug-in classes'
+    `finished_follow_up`, without building it or evaluating it again.
+    """
+    earlier = None if overwrite else finished.finished_run(config)
+    if earlier is not None:
+        logging.info("%s finished earlier: its results are read from its metrics.json",
+                     config.model_dir)
+        results = earlier
+        steps = [(cls.finished_follow_up(config, results),
+                  lambda results, followed, cls=cls: cls.merge_follow_up(config, results,
+                                                                         followed))
+                 for cls in plugins.registered()]
+    else:
+        results, made = _train_one(config, callbacks, strategy, overwrite, stop)
+        steps = [(plugin.follow_up(config, results), plugin.after_follow_up)
+                 for plugin in made]
+    for follow, merge in steps:
         if follow is None:
             continue
-        logging.info("training %s next in the same command (%s)", follow.model_dir,
-                     type(plugin).__name__)
+        logging.info("training %s next in the same command", follow.model_dir)
         followed = train(follow, callbacks, strategy=strategy, overwrite=overwrite,
                          stop_requests=stop)
-        results = plugin.after_follow_up(results, followed)
+        results = merge(results, followed)
         # The run that ended the command (what --export packages); not in metrics.json.
         results = dict(results, final_model_dir=follow.model_dir)
     return results

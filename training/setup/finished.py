@@ -38,6 +38,12 @@ def _finished(model_dir, config=None):
     return results if at_end or results.get("ended_by_plugin") else None
 
 
+def finished_run(config):
+    """metrics.json of `config`'s run when it finished earlier with this config, else None
+    (its later stages may not have)."""
+    return _finished(config.model_dir, config)
+
+
 def finished_command(config, overwrite=False):
     """(results, final model_dir) of a command that finished earlier, or None.
 

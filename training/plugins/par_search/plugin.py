@@ -342,13 +342,29 @@ class ParSearch(Plugin):
         return "; " + ", ".join(f"block {b}: {why}" for b, (ok, _, why) in enumerate(last)
                                 if not ok)
 
-    def after_follow_up(self, results, followed):
+    @classmethod
+    def finished_follow_up(cls, config, results):
+        """The retrain of a search that finished earlier, from its metrics.json: its derived
+        architecture, when `follow_up` would have retrained it (decided, or ended at its
+        planned step with --stop_rule=stable)."""
+        search = config.search
+        derived = results.get("architecture")
+        searched = getattr(config.model, "architecture", None) == "supernet"
+        decided = (results.get("derivation") or {}).get("decided_step") is not None
+        if not (searched and search.then_retrain and isinstance(derived, str)):
+            return None
+        if not decided and search.stop_rule != "stable":
+            return None
+        return retrain_config(config, derived)
+
+    @classmethod
+    def merge_follow_up(cls, config, results, followed):
         """Adds the retrained network's best and last results to the search's metrics.json."""
         results = dict(results)
-        results["retrain"] = {"model_dir": os.path.normpath(self.config.model_dir) + "_retrain",
+        results["retrain"] = {"model_dir": os.path.normpath(config.model_dir) + "_retrain",
                               "architecture": followed.get("architecture"),
                               **{k: followed[k] for k in ("best", "last") if k in followed}}
-        path = os.path.join(self.config.model_dir, run_dir.METRICS_FILE)
+        path = os.path.join(config.model_dir, run_dir.METRICS_FILE)
         if os.path.exists(path):
             run_dir.atomic_write_json(path, results)
         for name, run in (("search (supernet)", results), ("derived, retrained", followed)):
