@@ -33,6 +33,7 @@ import tools.in_environment  # noqa: F401  (one line, not a traceback, outside t
 
 from absl import app, flags, logging
 
+from model.config_base import flag_kind
 from model.families import evaluation_settings  # no TensorFlow
 from pardata.build import SPLITS  # no TensorFlow
 import pardata.quiet  # noqa: F401  (TensorFlow start-up noise; before TF is imported)
@@ -53,9 +54,8 @@ flags.DEFINE_integer("batch_size", None, "Rows evaluated together (>= 1); defaul
                      "split's batch size in the data (a text file: the data's eval batch size).")
 # The families' evaluation settings (model/families.py), one flag each: config fields a
 # trained run may be evaluated with another value of.
-_DEFINE = {"int": flags.DEFINE_integer, "bool": flags.DEFINE_boolean, "float": flags.DEFINE_float}
 for _name, (_field, _owners) in evaluation_settings().items():
-    _DEFINE[getattr(_field.type, "__name__", str(_field.type))](
+    getattr(flags, f"DEFINE_{flag_kind(_field)}")(
         _name, None, f"{', '.join(_owners)} only: {_field.metadata['help']} Default: the run's.")
 flags.DEFINE_string("output", None, "JSON file of the results (written atomically); default: "
                     "<model_dir>/eval_<split>.json, or eval_text_<file name>.json for "

@@ -73,7 +73,7 @@ def _train(config, overwrite):
         _check_logdir(config)
         logging.info("%s", config_summary(config))
         _log_plan(config, export_path)
-        results = train(config, overwrite=overwrite)
+        results = train(config, overwrite=overwrite, command=sys.argv)
         final = results.get("final_model_dir", config.model_dir)
         exported = _export(final, export_path, overwrite) if export_path else None
     except (TrainingInterrupted, ExportInterrupted) as stop:

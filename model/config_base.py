@@ -250,3 +250,16 @@ class ModelFlag:
     name: str
     help: str
     parse: Callable
+
+
+def flag_kind(field):
+    """absl DEFINE_ kind of a config field, from its type (`flags.DEFINE_<kind>`): the
+    train.py and evaluate.py flags of config fields."""
+    kind = str(field.type) if not isinstance(field.type, type) else field.type.__name__
+    if "choices" in field.metadata:
+        return "enum"
+    for name, define in (("bool", "boolean"), ("float", "float"), ("tuple", "list"),
+                         ("int", "integer"), ("str", "string")):
+        if kind.startswith(name) or kind.startswith(f"typing.{name}"):
+            return define
+    raise TypeError(f"config field {field.name} has a type ({kind}) with no flag kind")

@@ -39,6 +39,7 @@ import secrets
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.json"
 TRAINING_LOG = "training_log.log"
+COMMAND_FILE = "command.json"  # the command line that last trained the run (model cards)
 DATA_DIR = "data"  # meta.json + tokenizer files of the training data
 BEST_DIR = "best"
 CHECKPOINT_NAME = "ckpt"  # checkpoint prefixes are ckpt-<step>
@@ -59,7 +60,8 @@ _CHECKPOINT_FILE = re.compile(r"^" + re.escape(CHECKPOINT_NAME)
 
 def trainer_files():
     """Names in model_dir that the trainer writes (without the plug-ins')."""
-    return (CHECKPOINT_STATE, CONFIG_FILE, TRAINING_LOG, METRICS_FILE, PENDING_EVALUATION)
+    return (CHECKPOINT_STATE, CONFIG_FILE, TRAINING_LOG, METRICS_FILE, PENDING_EVALUATION,
+            COMMAND_FILE)
 
 
 def checkpoint_prefix(directory, step):

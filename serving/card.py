@@ -29,6 +29,7 @@ Pure Python (no TensorFlow import).
 import dataclasses
 import json
 import os
+import shlex
 
 from absl import logging
 
@@ -146,14 +147,19 @@ def read_records(model_dir, meta, settings):
         settings: the run's config.json (its seq_len).
 
     Returns:
-        {"metrics": metrics.json or None, "training_time": {"seconds", "steps"} or None}.
+        {"metrics": metrics.json or None, "training_time": {"seconds", "steps"} or None,
+        "command": the command.json's command line (train.py writes it) or None}.
     """
     if not model_dir:
-        return {"metrics": None, "training_time": None}
+        return {"metrics": None, "training_time": None, "command": None}
     batch = ((meta or {}).get("splits") or {}).get("train", {}).get("batch_size")
     tokens_per_step = int(batch) * int(settings.get("seq_len") or 0) if batch else 0
+    command = _read_json(os.path.join(model_dir, run_dir.COMMAND_FILE)) or {}
+    argv = command.get("argv")
     return {"metrics": _read_json(os.path.join(model_dir, run_dir.METRICS_FILE)),
-            "training_time": _training_time(model_dir, tokens_per_step)}
+            "training_time": _training_time(model_dir, tokens_per_step),
+            "command": shlex.join(["python3", *argv]) if isinstance(argv, list) and argv
+            and all(isinstance(a, str) for a in argv) else None}
 
 
 def sanitized_run_config(config):
@@ -374,10 +380,10 @@ def _training_section(facts):
     settings = facts.run_config
     metrics = facts.records.get("metrics")
     time = facts.records.get("training_time")
-    command = settings.get("command")
+    command = facts.records.get("command") or settings.get("command")
     lines = ["## Training", "",
-             f"Command: {f'`{command}`' if command else NOT_RECORDED} (the run's config.json, "
-             "below, records every setting).",
+             f"Command: {f'`{command}`' if command else NOT_RECORDED} (its last training "
+             "command, command.json; the run's config.json, below, records every setting).",
              "Main settings: " + _settings(settings, TRAINING_SETTINGS) + "."]
     if metrics:
         lines.append(f"Steps: {_number(metrics.get('step'))} trained of "

@@ -159,7 +159,7 @@ def test_a_package_written_before_cards_loads_and_gives_a_card(tmp_path, word_da
     from tests.helpers.runs import make_word_package
 
     lm, run, path = make_word_package(tmp_path, word_data)
-    assert lm.records == {"metrics": None, "training_time": None}
+    assert lm.records == {"metrics": None, "training_time": None, "command": None}
     _without_card(path, tmp_path / "old.keras")
     old = par.load(tmp_path / "old.keras")
     assert old.records is None and old.tokenizer is not None
@@ -232,3 +232,19 @@ def test_an_existing_card_is_replaced_only_with_overwrite(family_run, tmp_path):
     export.export_keras(family_run, tmp_path / "lm.keras", overwrite=True)
     assert sorted(os.listdir(tmp_path)) == ["lm.keras", "lm.md"]
     assert (tmp_path / "lm.md").read_text().startswith("# Model card: `run`")
+
+
+def test_the_card_names_the_command_that_trained_the_run(family_run, tmp_path):
+    """train.py records its command line in the run (command.json); the card shows it."""
+    from runstore import run_dir
+    from serving import export
+
+    argv = ["train.py", "--preset=tiny", "--model_dir=runs/my run"]
+    path = os.path.join(family_run.model_dir, run_dir.COMMAND_FILE)
+    run_dir.atomic_write_json(path, {"argv": argv, "cwd": "/somewhere"})
+    try:
+        export.export_keras(family_run, tmp_path / "lm.keras")
+    finally:
+        os.remove(path)
+    card = (tmp_path / "lm.md").read_text(encoding="utf-8")
+    assert "Command: `python3 train.py --preset=tiny '--model_dir=runs/my run'`" in card

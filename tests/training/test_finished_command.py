@@ -49,11 +49,18 @@ def test_a_finished_command_answers_from_its_files(tiny_data, tmp_path, run_pyth
     assert any(x.startswith("this command had finished: ") for x in lines)
     assert _files(tmp_path) == before  # nothing written, not even a log line
 
-    # A longer run of the same command is unfinished: it resumes (and trains).
-    assert finished_command(_config(_args(tiny_data, run, 6))) is None
+    # A longer run of the same command is unfinished: it resumes (and trains), and
+    # records its command line for the model card.
+    longer = _args(tiny_data, run, 6)
+    assert finished_command(_config(longer)) is None
+    assert not (run / "command.json").exists()  # the library call had no command
+    done = run_python(["train.py", *longer])
+    assert done.returncode == 0, done.stderr[-2000:]
+    recorded = json.loads((run / "command.json").read_text(encoding="utf-8"))
+    assert recorded["argv"][1:] == longer and recorded["argv"][0].endswith("train.py")
     # A damaged metrics.json: training decides what to do, not the shortcut.
     (run / "metrics.json").write_text("{", encoding="utf-8")
-    assert finished_command(config) is None
+    assert finished_command(_config(longer)) is None
 
 
 def test_a_later_stage_must_have_finished_too(tmp_path, tiny_data):

@@ -75,7 +75,8 @@ class Callback:
 
 
 
-def train(config, callbacks=None, *, strategy=None, overwrite=False, stop_requests=None):
+def train(config, callbacks=None, *, strategy=None, overwrite=False, stop_requests=None,
+          command=None):
     """Trains, or resumes, the run described by `config`.
 
     Everything that can be checked is checked before anything is written.
@@ -123,11 +124,11 @@ def train(config, callbacks=None, *, strategy=None, overwrite=False, stop_reques
     # at its step 0, with a checkpoint, as a signal during a run does.
     if stop_requests is None:
         with interrupt.StopRequests() as stop:
-            return _train_runs(config, callbacks, strategy, overwrite, stop)
-    return _train_runs(config, callbacks, strategy, overwrite, stop_requests)
+            return _train_runs(config, callbacks, strategy, overwrite, stop, command)
+    return _train_runs(config, callbacks, strategy, overwrite, stop_requests, command)
 
 
-def _train_runs(config, callbacks, strategy, overwrite, stop):
+def _train_runs(config, callbacks, strategy, overwrite, stop, command):
     """The run of `config`, then the runs its plug-ins name next: metrics.json of the first.
 
     A first run that finished in an earlier process (the pipeline resumed in its
@@ -144,7 +145,7 @@ def _train_runs(config, callbacks, strategy, overwrite, stop):
                                                                          followed))
                  for cls in plugins.registered()]
     else:
-        results, made = _train_one(config, callbacks, strategy, overwrite, stop)
+        results, made = _train_one(config, callbacks, strategy, overwrite, stop, command)
         steps = [(plugin.follow_up(config, results), plugin.after_follow_up)
                  for plugin in made]
     for follow, merge in steps:
@@ -152,14 +153,14 @@ def _train_runs(config, callbacks, strategy, overwrite, stop):
             continue
         logging.info("training %s next in the same command", follow.model_dir)
         followed = train(follow, callbacks, strategy=strategy, overwrite=overwrite,
-                         stop_requests=stop)
+                         stop_requests=stop, command=command)
         results = merge(results, followed)
         # The run that ended the command (what --export packages); not in metrics.json.
         results = dict(results, final_model_dir=follow.model_dir)
     return results
 
 
-def _train_one(config, callbacks, strategy, overwrite, stop):
+def _train_one(config, callbacks, strategy, overwrite, stop, command):
     """`train` of one run: (metrics.json content, the run's plug-ins)."""
     if config.deterministic:
         tf.config.experimental.enable_op_determinism()
@@ -183,6 +184,9 @@ def _train_one(config, callbacks, strategy, overwrite, stop):
             os.makedirs(config.model_dir, exist_ok=True)
             _remove_temporaries(config.model_dir)
             config.save()
+            if command:  # what the model card names (serving/card.py)
+                run_dir.atomic_write_json(os.path.join(config.model_dir, run_dir.COMMAND_FILE),
+                                          {"argv": list(command), "cwd": os.getcwd()})
             _copy_tokenizer(config.data_dir, meta, config.model_dir)
         resume_from = _resume_point(config, meta, chief) if resume else None
         policy = keras.mixed_precision.global_policy()

@@ -16,7 +16,7 @@ import os
 
 from absl import flags, logging
 
-from model.config_base import cutoffs_problem
+from model.config_base import cutoffs_problem, flag_kind
 from pardata.meta import load_meta
 from training import plugins
 from training.setup import checks as config_checks
@@ -46,18 +46,6 @@ def section_flag_fields():
     (all but those marked "flag": False), read when the flags are defined."""
     return {name: [f for f in dataclasses.fields(section) if f.metadata.get("flag", True)]
             for name, section in TrainConfig.section_fields().items()}
-
-
-def _flag_kind(field):
-    """absl DEFINE_ kind of a config field, from its type."""
-    kind = str(field.type) if not isinstance(field.type, type) else field.type.__name__
-    if "choices" in field.metadata:
-        return "enum"
-    for name, flag_kind in (("bool", "boolean"), ("float", "float"), ("tuple", "list"),
-                            ("int", "integer"), ("str", "string")):
-        if kind.startswith(name) or kind.startswith(f"typing.{name}"):
-            return flag_kind
-    raise TypeError(f"config field {field.name} has a type ({kind}) with no flag kind")
 
 
 def model_flag_fields():
@@ -136,7 +124,7 @@ def define_flags(fv=flags.FLAGS):
                                          flag_values=fv)
 
     def define_field(field, group, help_, default):
-        kind = _flag_kind(field)
+        kind = flag_kind(field)
         args = [list(field.metadata["choices"])] if kind == "enum" else []
         define(kind, field.name, default, group, help_, *args)
 
