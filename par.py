@@ -26,6 +26,10 @@ Entry points:
                                      stop=, repetition_penalty=)
     stream(model, prompt, ...)       `model.stream`: the same text, yielded
                                      piece by piece as it is decoded
+    finetune(model, text, ...)       fine-tunes a `.keras` package, run directory
+                                     or loaded model on a text (a file, a str or
+                                     a list of str) as ./finetune.sh does; returns
+                                     the loaded fine-tuned model
     score(model, texts, ...)         `model.score`: evaluate.py's perplexity,
                                      NLL per token and tokens of each text
     PackagedLM                       the loaded model (serving/packaged.py)
@@ -45,10 +49,11 @@ from samplers.registry import register_sampler, sampler_names, unregister_sample
 from serving.errors import EvaluationError, GenerationError
 from serving.packaged import PackagedLM, PackageError, load_packaged_lm
 from serving.texts import SAMPLERS
+from training.finetune import FinetuneError, finetune
 
-__all__ = ["EvaluationError", "GenerationError", "PackageError", "PackagedLM", "Param",
-           "SAMPLERS", "Sampler", "generate", "load", "register_sampler", "sampler_names",
-           "score", "stream", "unregister_sampler"]
+__all__ = ["EvaluationError", "FinetuneError", "GenerationError", "PackageError",
+           "PackagedLM", "Param", "SAMPLERS", "Sampler", "finetune", "generate", "load",
+           "register_sampler", "sampler_names", "score", "stream", "unregister_sampler"]
 
 
 def load(path):

@@ -80,6 +80,9 @@ class BuildConfig:
     shards: int = 1
     overwrite: bool = False
     download: bool = True
+    # Set by fine-tuning (serving/start_from.py): the sha256 of a trained model's tokenizer
+    # files, which `build_dataset(tokenizer=...)` uses as it is (its ids, its order).
+    tokenizer_from: str = ""
 
     def __post_init__(self):
         object.__setattr__(self, "sp_symbols", tuple(self.sp_symbols))
@@ -150,6 +153,8 @@ class BuildConfig:
         for key in ("output_dir", "data_dir", "overwrite", "download", "train_file",
                     "valid_file", "test_file", "split_fraction"):
             fields.pop(key)
+        if not self.tokenizer_from:
+            fields.pop("tokenizer_from")  # builds made before the field stay up to date
         fields["sp_symbols"] = list(self.sp_symbols)
         if self.sp_eos:
             fields.pop("sp_eos")  # the default: builds made before the flag stay up to date
@@ -357,8 +362,19 @@ def _clear_output(directory: str) -> None:
         os.remove(os.path.join(directory, name))
 
 
-def build_dataset(config: BuildConfig, *, sources=downloads.SOURCES) -> dict:
+def build_dataset(config: BuildConfig, *, sources=downloads.SOURCES, tokenizer=None,
+                  source_model=None) -> dict:
     """Builds (or finds up to date) the dataset described by `config`.
+
+    Args:
+        config: the BuildConfig.
+        sources: the named datasets' raw files (downloads.SOURCES).
+        tokenizer: with `config.tokenizer_from`, a trained model's tokenizer, used as it
+            is: no tokenizer is trained and the ids keep its order (no re-ranking by
+            this text's frequencies), so they fit the model's embedding and softmax rows.
+            A character it never saw becomes its unknown id (or its bytes).
+        source_model: with `tokenizer`, a dict naming the model (meta.json's
+            "source_model").
 
     Returns:
         The meta.json contents; meta["up_to_date"] is True if an identical
@@ -382,14 +398,7 @@ def build_dataset(config: BuildConfig, *, sources=downloads.SOURCES) -> dict:
             raise _different_build(config, existing, fingerprint)
         return _up_to_date(config)
 
-    tok = train_tokenizer(config, found["train"])
-    base_ids, train_stats = encode_split(tok, found["train"], "train", base=True)
-    tok.set_order(tokenizers.rank_by_frequency(base_ids, tok.base_vocab_size))
-    ids = {"train": tok.to_ranked(base_ids)}
-    del base_ids
-    stats = {"train": train_stats}
-    for split in SPLITS[1:]:
-        ids[split], stats[split] = encode_split(tok, found[split], split)
+    tok, ids, stats = _tokenize(config, found, tokenizer)
     # Imported here so that flag and input errors are reported without the
     # seconds it takes to import TensorFlow.
     logging.info("loading TensorFlow to write the shards")
@@ -412,7 +421,8 @@ def build_dataset(config: BuildConfig, *, sources=downloads.SOURCES) -> dict:
     created = []
     try:
         _clear_output(config.output_dir)
-        return _write(config, tok, ids, stats, batched, fingerprint, split_info, created)
+        extra = {"source_model": source_model} if source_model else {}
+        return _write(config, tok, ids, stats, batched, fingerprint, split_info, created, extra)
     except BaseException as error:
         for path in reversed(created):
             if os.path.exists(path):
@@ -428,13 +438,31 @@ def build_dataset(config: BuildConfig, *, sources=downloads.SOURCES) -> dict:
         raise
 
 
+def _tokenize(config, found, tokenizer):
+    """(tokenizer, split -> ranked ids, split -> statistics): a tokenizer trained on the
+    train split and ranked by its frequencies, or `tokenizer` as it is (`tokenizer_from`)."""
+    if config.tokenizer_from:
+        if tokenizer is None:
+            raise ValueError("BuildConfig.tokenizer_from needs build_dataset(tokenizer=...)")
+        tok, ids, stats = tokenizer, {}, {}
+    else:
+        tok, stats = train_tokenizer(config, found["train"]), {}
+        base_ids, stats["train"] = encode_split(tok, found["train"], "train", base=True)
+        tok.set_order(tokenizers.rank_by_frequency(base_ids, tok.base_vocab_size))
+        ids = {"train": tok.to_ranked(base_ids)}
+        del base_ids
+    for split in SPLITS:
+        if split not in ids:
+            ids[split], stats[split] = encode_split(tok, found[split], split)
+    return tok, ids, stats
 
 
-def _write(config, tok, ids, stats, batched, fingerprint, split_info, created) -> dict:
+def _write(config, tok, ids, stats, batched, fingerprint, split_info, created,
+           extra=None) -> dict:
     """Writes tokenizer, counts, shards, tails and (last) meta.json; returns meta.
 
     `ids` maps each split to its whole id stream; `split_info` (or None) says
-    how one file was split.
+    how one file was split; `extra` holds more meta.json keys.
     """
     from pardata import records
     tok_info = _save_tokenizer(tok, config, created)
@@ -462,6 +490,7 @@ def _write(config, tok, ids, stats, batched, fingerprint, split_info, created) -
     }
     if split_info:
         meta["split"] = split_info
+    meta.update(extra or {})
     records.write_json(os.path.join(config.output_dir, META_FILE), meta, created)
     return meta
 

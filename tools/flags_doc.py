@@ -46,6 +46,7 @@ TITLE = "# Flags"
 SCRIPTS = {
     "build_data.py": None,
     "train.py": "define_flags",
+    "finetune.py": "define_own_flags",
     "optimal_cuts.py": "_define_flags",
     "generate.py": None,
     "evaluate.py": None,
@@ -67,6 +68,7 @@ GROUPS = {
         ("output", ("output_dir", "shards", "overwrite")),
     ),
     "train.py": HELP_PREFIX,
+    "finetune.py": HELP_PREFIX,
     "optimal_cuts.py": (
         ("input", ("data_dir", "counts_file")),
         ("model", ("num_tails", "d_model", "proj_factor", "proj_dims")),
@@ -102,7 +104,8 @@ Every script is an [absl](https://abseil.io/docs/python/guides/flags) app: `--he
 lists these flags plus absl's own (`--flagfile=FILE` reads flags from a file, `--verbosity`,
 `--logtostderr`), and a boolean flag `--name` is switched off with `--noname`.
 `./create_tfrecords.sh [dataset] [flags]` passes its flags to `build_data.py`, and
-`./base_model.sh [flags]` passes its flags to `train.py` (yours win over the script's).
+`./base_model.sh [flags]` passes its flags to `train.py` (yours win over the script's), and
+`./finetune.sh [flags]` to `finetune.py`, which takes every `train.py` flag besides its own.
 A default of *unset* means the flag has no value of its own: the description says what
 is used instead."""
 

@@ -66,7 +66,8 @@ FORBIDDEN_STRINGS = FORBIDDEN_NAMES | {
     "derivation", "search",
 }
 # The entry scripts, held to the generic rules as well.
-SCRIPTS = ("train.py", "generate.py", "evaluate.py", "export.py", "build_data.py", "par.py")
+SCRIPTS = ("train.py", "generate.py", "evaluate.py", "export.py", "build_data.py", "par.py",
+           "finetune.py")
 
 
 def _docstrings(tree):

@@ -130,6 +130,11 @@ def run_summary(config, results):
         f"  tensorboard --logdir {quote(os.path.dirname(os.path.normpath(logdir)) or logdir)}",
     ]
     planned = results.get("planned_steps")
-    if planned and results["step"] < planned and not results.get("ended_by_plugin"):
+    early = results.get("early_stopped")
+    if early:
+        lines.append(f"stopped early at step {results['step']:,}: {early['evaluations']} "
+                     f"evaluations without a better valid loss than step "
+                     f"{early['best_step']:,}'s (--early_stop)")
+    elif planned and results["step"] < planned and not results.get("ended_by_plugin"):
         lines.append(cut_short_note(results["step"], planned))
     return "\n".join(lines)

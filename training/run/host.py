@@ -6,7 +6,9 @@ documents the step), logs (training/report/log.py, the console, TensorBoard),
 evaluates valid every --eval_interval steps and at the end (then test, and the
 best checkpoint's splits), saves checkpoints (every --checkpoint_interval steps,
 every --checkpoint_every_minutes, at the end and on an interruption), applies
---on_nonfinite (training/run/nonfinite.py's messages) and writes metrics.json.
+--on_nonfinite (training/run/nonfinite.py's messages), stops after --early_stop
+evaluations without a better valid loss and writes metrics.json. A fresh run with
+--init_weights starts from that model's weights (training/run/init_weights.py).
 training/run/loop.py's docstring lists the faults and what the user sees.
 """
 
@@ -31,6 +33,7 @@ from training.report.summary import cut_short_note, format_duration
 from training.run import interrupt, nonfinite
 from training.run import strategy as strategy_lib
 from training.run.checkpoint import NonFiniteError
+from training.run.init_weights import load_init_weights
 from training.run.interrupt import TrainingInterrupted
 
 # Keys of Trainer.train_step's result that are not plug-in step values.
@@ -58,6 +61,8 @@ class RunLoop:
         self.log = TrainingLog(os.path.join(model_dir, run_dir.TRAINING_LOG), chief)
         self.log.truncate(self.step)
         self.summaries = summaries.TrainSummaries(logdir) if chief else None
+        if start is None and self.config.init_weights:  # never over a resumed checkpoint
+            load_init_weights(trainer.model, self.config.init_weights)
         for plugin in trainer.plugins:
             plugin.on_start(model_dir, start)
         if start is not None:
@@ -110,7 +115,7 @@ class RunLoop:
         # The ETA counts everything after the first step (evaluations and saves
         # included), so it is the wall time still to wait.
         self._clock = None
-        stop = any(plugin.should_stop() for plugin in trainer.plugins)
+        stop = any(plugin.should_stop() for plugin in trainer.plugins) or self._early_stop_due()
         while self.step < trainer.total_steps and not stop:
             self._check_stop()
             start = time.perf_counter()
@@ -157,6 +162,7 @@ class RunLoop:
                 logging.info("step %d: a plug-in ends the run here", self.step)
             if self._evaluate_and_save(logged, last=self.step == trainer.total_steps or stop):
                 evaluated_at = self.step
+                stop = stop or self._early_stop_due()
         self._check_stop()
         if evaluated_at != self.step:  # a finished run started again
             self._evaluate_valid()
@@ -168,6 +174,12 @@ class RunLoop:
         evaluate = last or bool(config.eval_interval and self.step % config.eval_interval == 0)
         if evaluate:
             self._evaluate_valid()
+            if not last and self._early_stop_due():
+                logging.info("step %d: %d evaluations without a better valid loss than step "
+                             "%d's (--early_stop=%d): stopping early", self.step,
+                             config.early_stop, int(self.state.best_step.numpy()),
+                             config.early_stop)
+                last = True  # the checkpoint of the step the run ends at
         if last or (config.checkpoint_interval
                     and self.step % config.checkpoint_interval == 0):
             self._save()
@@ -176,6 +188,18 @@ class RunLoop:
                          config.checkpoint_every_minutes)
             self._save()
         return evaluate
+
+    def _early_stop_due(self):
+        """True once --early_stop evaluations in a row found no better valid loss.
+
+        Counted from the checkpointed best step (evaluations come every
+        --eval_interval steps), so a resumed run counts exactly as an uninterrupted one.
+        """
+        patience, interval = self.config.early_stop, self.config.eval_interval
+        best = int(self.state.best_step.numpy())
+        if not patience or not interval or best < 0:
+            return False
+        return self.step // interval - best // interval >= patience
 
     def _train_step(self, inputs, targets):
         if self.preemption is None:
@@ -379,6 +403,9 @@ class RunLoop:
                    "planned_steps": trainer.horizon}
         if self.step < trainer.horizon and any(p.should_stop() for p in trainer.plugins):
             results["ended_by_plugin"] = True  # by design (a decided search), not cut short
+        elif self.step < trainer.horizon and self._early_stop_due():
+            results["early_stopped"] = {"evaluations": config.early_stop,
+                                        "best_step": int(self.state.best_step.numpy())}
         for plugin in trainer.plugins:
             plugin.on_finish(results, model_dir, self.chief)
         valid = self._valid[1]  # run() always ends with a valid evaluation at this step
@@ -408,6 +435,7 @@ class RunLoop:
             self.summaries.close()
         for callback in self.callbacks:
             callback.on_train_end(results)
-        if self.step < trainer.horizon and not results.get("ended_by_plugin"):
+        if self.step < trainer.horizon and not (results.get("ended_by_plugin")
+                                                or results.get("early_stopped")):
             logging.warning("%s", cut_short_note(self.step, trainer.horizon))
         return results

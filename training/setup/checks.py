@@ -25,6 +25,7 @@ RESUMABLE_FIELDS = frozenset({
     "epochs", "max_steps", "eval_interval", "eval_max_records", "eval_mem_len",
     "sample_tokens", "checkpoint_interval", "keep_checkpoints", "log_interval",
     "logdir", "batch_split", "checkpoint_every_minutes", "on_nonfinite", "max_nonfinite_steps",
+    "early_stop",
 })
 
 
@@ -116,8 +117,10 @@ def incompatible_fields(old, new):
     old_d, new_d = old.to_dict(), new.to_dict()
     # The same directory may be spelled differently (relative, symlinked).
     del old_d["model_dir"], new_d["model_dir"]
-    old_d["data_dir"] = os.path.realpath(old_d["data_dir"])
-    new_d["data_dir"] = os.path.realpath(new_d["data_dir"])
+    for name in ("data_dir", "init_weights"):
+        for values in (old_d, new_d):
+            if values.get(name):
+                values[name] = os.path.realpath(values[name])
     nested = ("model", *config_sections())
     resumable = resumable_fields()
     diff = [k for k in new_d if k not in nested and k not in resumable

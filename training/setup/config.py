@@ -115,6 +115,12 @@ class TrainConfig(ConfigBase):
                                  families.FAMILIES.values()) + "). Presets: "
         + "; ".join(f"{f.name}: {', '.join(f.presets)}" for f in families.FAMILIES.values())
         + ".", **_FROM_ELSEWHERE)
+    init_weights: str = _field(
+        "", "model", "Start from the weights of a trained model: a .keras package (export.py) "
+        "or a run directory (its best checkpoint). The model is that model's (its family, "
+        "architecture and sizes: a model flag may only repeat them) and the data must be built "
+        "with its tokenizer (./finetune.sh builds a text so). Used only at the first start: a "
+        "resumed run continues from its own checkpoint.")
     batch_size: int = _field(32, "data", "Global batch B (default: the data's; must match).",
                              **_FROM_ELSEWHERE)
     batch_split: int = _field(
@@ -129,7 +135,8 @@ class TrainConfig(ConfigBase):
     recipe: str = _field(
         "", "optimisation", "A named training recipe (training/setup/recipes.py) that sets the "
         "flags it names where they are not given; a flag given with another value than the "
-        "recipe's is refused, but its length (--epochs, --warmup_steps) may be changed. "
+        "recipe's is refused, but its length (--epochs, --warmup_steps, --eval_interval, "
+        "--early_stop) may be changed. "
         + " ".join(
             f"{name}: {recipe.help}" for name, recipe in RECIPES.items()), ("", *RECIPES),
         **_FROM_ELSEWHERE)
@@ -188,6 +195,9 @@ class TrainConfig(ConfigBase):
                                 "(0: only at the end).")
     eval_max_records: int = _field(0, "evaluation", "Evaluate at most this many records per "
                                    "split (0: all; for quick looks).")
+    early_stop: int = _field(
+        0, "evaluation", "Stop after this many evaluations on valid in a row without a new "
+        "best (0: off); the best checkpoint is the one exported. Needs --eval_interval.")
     sample_tokens: int = _field(50, "evaluation",
                                 "Tokens of generated text logged per evaluation.")
     # Checkpoints and logging.
@@ -312,6 +322,9 @@ class TrainConfig(ConfigBase):
                 f"use one of {_divisors(self.batch_size)}")
         require(self.eval_mem_len >= 0, "eval_mem_len",
                 "must be >= 0 (0 evaluates without memory)")
+        require(self.early_stop >= 0, "early_stop", "must be >= 0 (0: off)")
+        require(not self.early_stop or self.eval_interval > 0, "early_stop",
+                "counts evaluations every --eval_interval steps: give --eval_interval > 0")
         for flag in ("warmup_steps", "decay_steps",
                      "max_steps", "eval_interval", "eval_max_records", "sample_tokens",
                      "checkpoint_interval", "num_cpu_replicas", "intra_op_threads",

@@ -35,7 +35,8 @@ def _finished(model_dir, config=None):
     except (OSError, ValueError, KeyError, TypeError):
         return None  # unreadable: training decides (and says) what to do
     at_end = progress.planned is None or progress.step >= progress.planned
-    return results if at_end or results.get("ended_by_plugin") else None
+    by_design = results.get("ended_by_plugin") or results.get("early_stopped")
+    return results if at_end or by_design else None
 
 
 def finished_run(config):

@@ -193,15 +193,44 @@ def recipe_values(fv):
 
 def _model_config(fv, meta, recipe=None):
     """(family, preset, model config) from --model_family, --preset, the model flags (and
-    the model fields --recipe sets, `recipe_values`) and the data's vocab."""
+    the model fields --recipe sets, `recipe_values`) and the data's vocab; with
+    --init_weights, the source model's config (`_source_model_config`)."""
     from model.families import get_family
 
+    if fv.init_weights:
+        return _source_model_config(fv, meta, recipe)
     family = get_family(fv.model_family)
     preset = fv.preset or family.default_preset
     try:
         family.check_preset(preset)
     except ValueError as error:
         raise ConfigError(str(error)) from None
+    overrides = _model_overrides(fv, family, preset, meta, recipe)
+    cutoffs = (fv.cutoffs or "").strip().lower()
+    try:
+        if cutoffs == "auto":
+            provisional = family.preset_config(
+                preset, **{**overrides, "cutoffs": (), "proj_dims": ()})
+            overrides["cutoffs"] = _auto_cutoffs(fv, meta, family, provisional,
+                                                 overrides.get("proj_dims", ()))
+        chosen = overrides.get("cutoffs", tuple(family.presets[preset].get("cutoffs", ())))
+        vocab = meta["vocab_size"]
+        if cutoffs_problem(chosen, vocab):
+            source = "--cutoffs" if cutoffs else f"--preset={preset}"
+            raise ConfigError(
+                f"--cutoffs={','.join(map(str, chosen))} (from {source}) do not fit the "
+                f"data's vocab_size={vocab} (each must be in [1, {vocab})): use "
+                "--cutoffs=auto or --cutoffs=none")
+        return family, preset, family.preset_config(preset, **overrides)
+    except ValueError as error:
+        if isinstance(error, ConfigError):
+            raise
+        raise ConfigError(f"invalid model flags: {error}") from None
+
+
+def _model_overrides(fv, family, preset, meta, recipe):
+    """The model fields the flags (and --recipe) give: name -> value, vocab_size the data's
+    (--cutoffs=auto left to the caller). Raises ConfigError for another family's flag."""
     own = {f.name for f in family.flag_fields()}
     for name, (_, owners) in model_flag_fields().items():
         if fv[name].value is not None and name not in own:
@@ -216,8 +245,7 @@ def _model_config(fv, meta, recipe=None):
     for name in sorted(model_fields.intersection(recipe or {}) - own):
         raise ConfigError(f"--recipe={fv.recipe} sets --{name}, which --model_family="
                           f"{family.name} does not have: drop --recipe for this family")
-    vocab = meta["vocab_size"]
-    overrides = {"vocab_size": vocab}
+    overrides = {"vocab_size": meta["vocab_size"]}
     for name in own:
         if name not in hand_parsed and fv[name].value is not None:
             value = fv[name].value
@@ -231,28 +259,57 @@ def _model_config(fv, meta, recipe=None):
     if fv.proj_dims is not None:
         overrides["proj_dims"] = _int_list("proj_dims", fv.proj_dims)
     cutoffs = (fv.cutoffs or "").strip().lower()
+    if cutoffs == "none":
+        overrides["cutoffs"] = ()
+    elif cutoffs and cutoffs != "auto":
+        overrides["cutoffs"] = _int_list("cutoffs", cutoffs.split(","))
+    return overrides
+
+
+def _source_model_config(fv, meta, recipe):
+    """(family, preset, model config) of --init_weights: the source model's config, which the
+    model flags may only repeat (a fine-tune keeps the architecture and sizes of the weights
+    it starts from), and data built with the source's tokenizer."""
+    from model.families import get_family
+    from serving.start_from import SourceError, build_tokenizer_sha256, read_source
+
+    flag = f"--init_weights={fv.init_weights}"
     try:
-        if cutoffs == "auto":
-            provisional = family.preset_config(
-                preset, **{**overrides, "cutoffs": (), "proj_dims": ()})
-            overrides["cutoffs"] = _auto_cutoffs(fv, meta, family, provisional,
-                                                 overrides.get("proj_dims", ()))
-        elif cutoffs == "none":
-            overrides["cutoffs"] = ()
-        elif cutoffs:
-            overrides["cutoffs"] = _int_list("cutoffs", cutoffs.split(","))
-        chosen = overrides.get("cutoffs", tuple(family.presets[preset].get("cutoffs", ())))
-        if cutoffs_problem(chosen, vocab):
-            source = "--cutoffs" if cutoffs else f"--preset={preset}"
+        source = read_source(fv.init_weights)
+    except SourceError as error:
+        raise ConfigError(str(error)) from None
+    family = get_family(source.model_family)
+    config = family.config_from_dict(source.model)
+    preset = source.settings.get("preset", "")
+    preset = preset if preset in family.presets else family.default_preset
+    for name, theirs in (("model_family", family.name), ("preset", preset)):
+        if fv[name].present and fv[name].value != theirs:
+            raise ConfigError(f"--{name}={fv[name].value} contradicts {flag}, whose model is "
+                              f"--{name}={theirs}: drop --{name} (a fine-tune keeps its model)")
+    if (fv.cutoffs or "").strip().lower() == "auto":
+        raise ConfigError(f"--cutoffs=auto contradicts {flag}: a fine-tune keeps the source's "
+                          "cutoffs; drop --cutoffs")
+    overrides = _model_overrides(fv, family, preset, meta, recipe)
+    vocab = overrides.pop("vocab_size")
+    if vocab != config.vocab_size or build_tokenizer_sha256(fv.data_dir, meta) != \
+            source.tokenizer_sha256():
+        raise ConfigError(
+            f"--data_dir={fv.data_dir} was not built with the tokenizer of {flag} (its "
+            f"{vocab} ids are not the model's {config.vocab_size} in their order): build the "
+            "text with the source's tokenizer (./finetune.sh --from=... --text=... does)")
+    for name, value in sorted(overrides.items()):
+        try:
+            same = getattr(config.replace(**{name: value}), name) == getattr(config, name)
+        except ValueError:
+            same = False
+        if not same:
+            given = "from --recipe=" + fv.recipe if name in (recipe or {}) and \
+                not fv[name].present else "given"
             raise ConfigError(
-                f"--cutoffs={','.join(map(str, chosen))} (from {source}) do not fit the "
-                f"data's vocab_size={vocab} (each must be in [1, {vocab})): use "
-                "--cutoffs=auto or --cutoffs=none")
-        return family, preset, family.preset_config(preset, **overrides)
-    except ValueError as error:
-        if isinstance(error, ConfigError):
-            raise
-        raise ConfigError(f"invalid model flags: {error}") from None
+                f"--{name}={value} ({given}) contradicts {flag}, whose model has {name}="
+                f"{getattr(config, name)!r}: drop --{name} (a fine-tune keeps the architecture "
+                "and sizes of the weights it starts from)")
+    return family, preset, config
 
 
 def _int_list(name, items):
@@ -319,8 +376,9 @@ def config_from_flags(fv):
         values[section] = {f.name: fv[f.name].value for f in fields}
     # The preset's recommended training settings where no flag was given, then the
     # recipe's (`recipe` holds only flags not given; the user chose it over the preset).
+    # Not for a fine-tune (--init_weights): its recipe is not the preset's training.
     preset_values = {name: value for name, value in family.train_defaults.get(preset, {}).items()
-                     if not fv[name].present}
+                     if not fv[name].present and not fv.init_weights}
     for name, value in {**preset_values, **recipe}.items():
         section = next((s for s, fields in sections.items()
                         if name in {f.name for f in fields}), None)

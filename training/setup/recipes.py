@@ -7,8 +7,9 @@ give them. A recipe has two kinds of values:
               dropout, ...): a flag given with another value contradicts the
               recipe and is refused before any work, naming the flag and the
               fix; given with the same value it is accepted.
-    length    how long it trains (epochs, warm-up): a flag given explicitly
-              wins (a longer or shorter run of the same recipe).
+    length    how long it trains (epochs, warm-up, how often it evaluates and
+              when it stops early): a flag given explicitly wins (a longer or
+              shorter run of the same recipe).
 
 A recipe's values go into config.json like any flag's (and the recipe's name
 into its `recipe` field), so a resumed run keeps them. A recipe may name a
@@ -25,7 +26,7 @@ module imports no TensorFlow, so the flags can be checked cheaply.
 import dataclasses
 
 # The run-length fields a recipe may set (an explicit flag wins over them).
-LENGTH_FIELDS = ("epochs", "max_steps", "warmup_steps")
+LENGTH_FIELDS = ("epochs", "max_steps", "warmup_steps", "eval_interval", "early_stop")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +78,20 @@ FAST = Recipe(
                   clip_norm=0.25, dropout=0.0),
     length=dict(epochs=9, warmup_steps=1000))
 
-RECIPES = {recipe.name: recipe for recipe in (SEED, FAST)}
+# Fine-tuning a trained model on a new text (--init_weights, ./finetune.sh): Adam at a
+# constant rate; docs/results/finetune.md measured 3e-5, 1e-4, 3e-4 and 1e-3 over 300 steps
+# on a text far from WikiText and 1e-3 (wt2_base's own peak rate) led at every evaluation;
+# valid every 200 steps, the best kept and the run stopped after 3 evaluations without a
+# better one, which guards against the overfitting a high rate brings on a small text.
+FINETUNE = Recipe(
+    "finetune", "Fine-tuning (--init_weights, ./finetune.sh): Adam at a constant 1e-3, "
+    "clip 0.25, valid every 200 steps, early stop after 3 evaluations without a new best, "
+    "at most 20 epochs (docs/results/finetune.md).",
+    settings=dict(optimizer="adam", learning_rate=1e-3, lr_schedule="constant", min_lr=0.0,
+                  clip_norm=0.25),
+    length=dict(epochs=20, warmup_steps=0, eval_interval=200, early_stop=3))
+
+RECIPES = {recipe.name: recipe for recipe in (SEED, FAST, FINETUNE)}
 
 
 def get_recipe(name):
