@@ -260,6 +260,34 @@ def _merge_rows(values):
     return tf.reshape(values, tf.concat([[-1], tf.shape(values)[2:]], 0))
 
 
+def _run_together(forward, kept, joined, tokens, lengths, solo, num_tokens, seed, options):
+    """`decode_prompts`' second phase: the rows `joined` [J] that have not ended, their
+    kept (log-probs, seen, state) merged into one batch, each drawing its remaining
+    tokens with its own seeds from its own step (`solo` [P] drawn alone).
+
+    Returns:
+        (tokens [P, max N] with the new tokens placed after each row's first ones,
+        lengths [P]).
+    """
+    log_probs, seen, *rows_state = [_merge_rows(k.gather(joined)) for k in kept]
+    first = tf.gather(solo, joined)  # [J]
+    limits = tf.gather(num_tokens, joined) - first
+    out = sample_steps(forward, log_probs, rows_state, seen,
+                       rows=seed + tf.cast(joined, tf.int64),
+                       offsets=tf.cast(first, tf.int64), limits=limits,
+                       num_steps=tf.reduce_max(limits), feed_last=tf.constant(False),
+                       options=options)
+    new = out["tokens"]  # [J, n]
+    steps = tf.range(tf.shape(new)[1])
+    keep = steps[None, :] < limits[:, None]  # [J, n]
+    where = tf.stack([tf.broadcast_to(joined[:, None], tf.shape(new)),
+                      first[:, None] + steps[None, :]], axis=-1)  # [J, n, 2]
+    placed = tf.tensor_scatter_nd_update(tokens, tf.boolean_mask(where, keep),
+                                         tf.boolean_mask(new, keep))
+    return placed, tf.tensor_scatter_nd_update(lengths, joined[:, None],
+                                               first + out["lengths"])
+
+
 def decode_prompts(forward, state, ids, lengths, *, chunk_len, num_tokens, seed, options,
                    join_after):
     """The decoding loop for P prompts of any lengths, one row each, in a graph.
@@ -321,26 +349,11 @@ def decode_prompts(forward, state, ids, lengths, *, chunk_len, num_tokens, seed,
     tokens = tf.reshape(tokens, [count, widest])
     joined = tf.cast(tf.where(joins.stack())[:, 0], tf.int32)  # [J]
 
-    def together():
-        log_probs, seen, *rows_state = [_merge_rows(k.gather(joined)) for k in kept]
-        limits = tf.gather(num_tokens, joined) - tf.gather(solo, joined)
-        out = sample_steps(forward, log_probs, rows_state, seen,
-                           rows=seed + tf.cast(joined, int64),
-                           offsets=tf.cast(tf.gather(solo, joined), int64), limits=limits,
-                           num_steps=tf.reduce_max(limits), feed_last=tf.constant(False),
-                           options=options)
-        new = out["tokens"]  # [J, n]
-        steps = tf.range(tf.shape(new)[1])
-        keep = steps[None, :] < limits[:, None]  # [J, n]
-        where = tf.stack([tf.broadcast_to(joined[:, None], tf.shape(new)),
-                          tf.gather(solo, joined)[:, None] + steps[None, :]], axis=-1)
-        placed = tf.tensor_scatter_nd_update(tokens, tf.boolean_mask(where, keep),
-                                             tf.boolean_mask(new, keep))
-        return placed, tf.tensor_scatter_nd_update(
-            lengths_out, joined[:, None], tf.gather(solo, joined) + out["lengths"])
-
-    tokens, lengths_out = tf.cond(tf.size(joined) > 0, together,
-                                  lambda: (tokens, lengths_out))
+    tokens, lengths_out = tf.cond(
+        tf.size(joined) > 0,
+        lambda: _run_together(forward, kept, joined, tokens, lengths_out, solo, num_tokens,
+                              seed, options),
+        lambda: (tokens, lengths_out))
     positions = tf.range(widest)[None, :]
     tokens = tf.where(positions < lengths_out[:, None], tokens, -1)
     return {"tokens": tokens, "lengths": lengths_out}
