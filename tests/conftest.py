@@ -21,6 +21,49 @@ from tests.helpers import PROJECT_ROOT  # noqa: E402
 SHIPPED_WIKITEXT2 = PROJECT_ROOT / "datasets" / "wikitext-2"
 
 
+# The longest test files, longest first: the slowest fixture or test of each, in seconds
+# on a fresh clone with two loaded cores (before the files were trimmed), then files of one
+# test that train or build in child processes. `--dist loadfile` hands files out in order
+# of their number of tests, most first, so these few-test files came last and one worker
+# ran a long one alone at the end while the other had finished: handed out first, they
+# leave the short files to fill the gaps at the end. The order of the other files is
+# xdist's. A file missing here is only scheduled less well.
+LONG_TEST_FILES = (
+    "tests/training/test_distributed.py",  # 183 s
+    "tests/test_notebook.py",  # 112 s
+    "tests/training/test_resume.py",  # 109 s
+    "tests/faults/test_interrupt.py",  # 77 s
+    "tests/faults/test_pipeline_interrupt.py",  # 60 s
+    "tests/experiments/test_baselines.py",  # 57 s
+    "tests/experiments/test_frontier.py",  # 54 s
+    "tests/experiments/test_cost_sweep.py",  # 52 s
+    "tests/serving/test_self_contained.py",
+    "tests/training/test_finetune.py",
+    "tests/faults/test_multi_worker.py",
+    "tests/faults/test_build_data_interrupt.py",
+)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile with LONG_TEST_FILES handed out first (longest first)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class LongFilesFirst(LoadFileScheduling):
+        def _assign_work_unit(self, node):
+            if not getattr(self, "_long_first", False):  # the queue is complete: sort it once
+                rank = {path: i for i, path in enumerate(LONG_TEST_FILES)}
+                order = sorted(self.workqueue, key=lambda f: rank.get(f, len(rank)))
+                for path in reversed(order):  # stable: the others keep xdist's order
+                    self.workqueue.move_to_end(path, last=False)
+                self._long_first = True
+            super()._assign_work_unit(node)
+
+    return LongFilesFirst(config, log)
+
+
 @pytest.fixture(scope="session")
 def wikitext2_root(tmp_path_factory) -> pathlib.Path:
     """A directory holding wikitext-2/wiki.{train,valid,test}.tokens.

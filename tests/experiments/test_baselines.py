@@ -155,12 +155,21 @@ def test_tokens_per_step_must_fill_whole_windows(capsys):
     assert "--tokens_per_step=1000 must be a multiple of --context=128" in capsys.readouterr().err
 
 
+# The valid and test text of `byte_data`: lines of WikiText-2 valid (word_data's: 120 lines
+# each, 29k and 34k bytes).
+BYTE_EVAL_LINES = {"valid": (600, 610), "test": (720, 730)}
+
+
 @pytest.fixture(scope="module")
 def byte_data(tmp_path_factory, wikitext2_root):
-    """A byte build (V 256, B 4, T 16) of WikiText-2 slices."""
-    from tests.helpers.runs import build_data
+    """A byte build (V 256, B 4, T 16) of WikiText-2 slices: word_data's train text, valid and
+    test of 10 lines each (2k and 6k bytes). The driver scores every byte of both splits with
+    each model (the decoder in windows of stride 8): what is checked (every transition
+    scored once, bits per byte) does not depend on the length, the time does."""
+    from tests.helpers.runs import LINES, build_data
 
-    return build_data(tmp_path_factory.mktemp("byte_data"), wikitext2_root, "byte")
+    return build_data(tmp_path_factory.mktemp("byte_data"), wikitext2_root, "byte",
+                      dict(LINES, **BYTE_EVAL_LINES))
 
 
 def _checkpoint_weights(model_dir):

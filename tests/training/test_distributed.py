@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from tests.helpers.families import names, no_dropout_flags, tiny_flags
+from tests.helpers.runs import LINES, build_data
 from tests.helpers.trainers import SPAN_TINY
 
 STEPS = 5
@@ -44,6 +45,12 @@ _FAMILY_FLAGS = {
     "transformer_xl_lion": ["--preset=tiny", "--num_blocks=2", "--dropout=0",
                             "--optimizer=lion"],
 }
+# The optimizer variants train only (the steps of `default` and `mirrored`): batch split,
+# evaluation and the stream evaluator do not see the optimizer (the gradients are summed
+# before it, the evaluations read the weights), and their model is the Transformer-XL
+# family's, which is checked on all of them.
+_STEPS_ONLY = ("transformer_xl_lion", "transformer_xl_muon")
+_FULL_FAMILIES = tuple(sorted(set(_FAMILY_FLAGS) - set(_STEPS_ONLY)))
 # The families the multi-worker workers train too. An optimizer's update is the same code
 # under either strategy (the gradients arrive summed over replicas or over workers): the
 # mirrored trainers check Muon and Lion; the workers' runs check the data, the collective
@@ -51,13 +58,13 @@ _FAMILY_FLAGS = {
 # the adaptive spans.
 _WORKER_FAMILIES = tuple(sorted([*names(), "adaptive_span"]))
 
-# Child: per family (argv[3], JSON family -> flags), the same global batches
-# through `default`, `mirrored` (2 replicas) and mirrored with --batch_split=2
-# (gradient accumulation over micro-batches of one row per replica) trainers
-# that start from identical weights, with TensorFlow's thread pools set as
-# --intra_op_threads=1 --inter_op_threads=2 set them. Prints what to compare as JSON and saves
-# the default trainer's final weights (root/<family>/default_weights.npz) for
-# the multi-worker test.
+# Child: per family (argv[3], JSON family -> [flags, whether in full]), the same global
+# batches through `default`, `mirrored` (2 replicas) and, in full, mirrored with
+# --batch_split=2 (gradient accumulation over micro-batches of one row per replica)
+# trainers that start from identical weights, then (in full) their evaluations, with
+# TensorFlow's thread pools set as --intra_op_threads=1 --inter_op_threads=2 set them.
+# Prints what to compare as JSON and saves the default trainer's final weights
+# (root/<family>/default_weights.npz) for the multi-worker test.
 _MIRRORED_CHILD = r"""
 import json, os, sys
 from training.run.strategy import configure_threads, make_strategy
@@ -78,16 +85,19 @@ meta = data_utils.load_meta(data_dir)
 def arrays(variables):
     return [np.asarray(v, dtype=np.float64) for v in variables]
 
-def compare(family, flag_list):
+def compare(family, flag_list, full):
     fv = train_cli.define_flags(flags.FlagValues())
     fv(["train.py", f"--data_dir={data_dir}", f"--model_dir={root}/{family}/mirrored",
         *flag_list])
     config, _ = train_cli.config_from_flags(fv)
     one = Trainer(config, meta, tf.distribute.get_strategy())
     two = Trainer(config.replace(strategy="mirrored", num_cpu_replicas=2), meta, mirrored)
-    split = Trainer(config.replace(strategy="mirrored", num_cpu_replicas=2, batch_split=2), meta,
-                    mirrored)
-    for other in (two, split):
+    others = {"two": two}
+    if full:
+        others["split"] = Trainer(
+            config.replace(strategy="mirrored", num_cpu_replicas=2, batch_split=2), meta,
+            mirrored)
+    for other in others.values():
         for a, b in zip(other.model.variables, one.model.variables):
             a.assign(b)
 
@@ -104,16 +114,20 @@ def compare(family, flag_list):
                           tf.config.threading.get_inter_op_parallelism_threads()]}
     for inputs, targets in data_utils.make_dataset(data_dir, "train", meta=meta).take(
             config.max_steps):
-        a, b = one.train_step(inputs, targets), two.train_step(inputs, targets)
-        c = split.train_step(inputs, targets)
-        row = {"one": a, "two": b, "split": c}
-        for name, other in (("", two), ("split_", split)):
+        row = {"one": one.train_step(inputs, targets)}
+        row.update({name: other.train_step(inputs, targets) for name, other in others.items()})
+        for name, other in others.items():
+            prefix = "" if name == "two" else name + "_"
             compared = pairs(other)
-            row[name + "diff"] = {k: max(float(np.max(np.abs(x - y))) for x, y in zip(*v))
-                                  for k, v in compared.items()}
-            row[name + "scale"] = {k: max(float(np.max(np.abs(x))) for x in v[0])
-                                   for k, v in compared.items()}
+            row[prefix + "diff"] = {k: max(float(np.max(np.abs(x - y))) for x, y in zip(*v))
+                                    for k, v in compared.items()}
+            row[prefix + "scale"] = {k: max(float(np.max(np.abs(x))) for x in v[0])
+                                     for k, v in compared.items()}
         report["steps"].append(row)
+    os.makedirs(f"{root}/{family}", exist_ok=True)
+    np.savez(f"{root}/{family}/default_weights.npz", *[np.asarray(v) for v in one.model.variables])
+    if not full:
+        return report
     report["valid"] = [one.evaluate("valid", 6)["nll"], two.evaluate("valid", 6)["nll"]]
     # The whole split: the records, then the tail continuing row B-1 at batch 1.
     report["valid_whole"] = [{k: r[k] for k in ("nll", "tokens", "records")}
@@ -123,12 +137,10 @@ def compare(family, flag_list):
     report["stream"] = {name: StreamEvaluator(two.model, 5, strategy).evaluate(stream, 4, 7).parts()
                         for name, strategy in (("one", None), ("two", mirrored))}
     report["valid_ids"] = meta["splits"]["valid"]["ids"]
-    os.makedirs(f"{root}/{family}", exist_ok=True)
-    np.savez(f"{root}/{family}/default_weights.npz", *[np.asarray(v) for v in one.model.variables])
     return report
 
-print("REPORT " + json.dumps({family: compare(family, flag_list)
-                              for family, flag_list in sorted(family_flags.items())}))
+print("REPORT " + json.dumps({family: compare(family, *args)
+                              for family, args in sorted(family_flags.items())}))
 """
 
 # A multi-worker worker (TF_CONFIG in its environment): trains each family
@@ -155,6 +167,31 @@ for family, flag_list in sorted(family_flags.items()):
 """
 
 
+# The valid text of `distributed_data`: lines of WikiText-2 valid (word_data's: 600 to 720).
+VALID_LINES = (600, 620)
+
+
+@pytest.fixture(scope="module")
+def distributed_data(tmp_path_factory, wikitext2_root):
+    """`word_data` (the same train text: the same vocabulary and training batches) with a
+    sixth of its valid text: 21 records and a 63-token tail, not 89 records. Every family's
+    evaluations score the whole split on one device and on two replicas (and the stream
+    evaluator in 28-token segments): the agreement does not depend on the length, the time
+    does."""
+    import data_utils
+
+    data = build_data(tmp_path_factory.mktemp("distributed_data"), wikitext2_root, "word",
+                      dict(LINES, valid=VALID_LINES))
+    meta = data_utils.load_meta(str(data))
+    valid = meta["splits"]["valid"]
+    # More records than the 6 of the capped evaluation, a tail after them, and one after the
+    # stream evaluator's segments (B 4, T 7).
+    transitions = valid["ids"] - 1
+    record = meta["batch_size"] * meta["seq_len"]
+    assert valid["records"] > 6 and transitions > record * valid["records"] and transitions % 28
+    return data
+
+
 def _free_ports(count):
     sockets = [socket.socket() for _ in range(count)]
     for s in sockets:
@@ -166,9 +203,9 @@ def _free_ports(count):
 
 
 @pytest.fixture(scope="module")
-def distributed_runs(tiny_data, tmp_path_factory, subprocess_env):
-    """Runs the mirrored child (every family) and two multi-worker workers (_WORKER_FAMILIES)
-    concurrently.
+def distributed_runs(distributed_data, tmp_path_factory, subprocess_env):
+    """Runs the mirrored child (every family, _FULL_FAMILIES in full) and two multi-worker
+    workers (_WORKER_FAMILIES) concurrently.
 
     Returns:
         family -> (the mirrored child's report, the default trainer's weights
@@ -176,13 +213,15 @@ def distributed_runs(tiny_data, tmp_path_factory, subprocess_env):
     """
     family_flags = {family: flags + _TRAIN_FLAGS for family, flags in _FAMILY_FLAGS.items()}
     worker_flags = {family: family_flags[family] for family in _WORKER_FAMILIES}
+    mirrored_flags = {family: [flags, family in _FULL_FAMILIES]
+                      for family, flags in family_flags.items()}
     root = tmp_path_factory.mktemp("distributed")
     cluster = {"worker": [f"127.0.0.1:{p}" for p in _free_ports(2)]}
-    commands = [(_MIRRORED_CHILD, {}, family_flags)]
+    commands = [(_MIRRORED_CHILD, {}, mirrored_flags)]
     for index in range(2):
         tf_config = {"cluster": cluster, "task": {"type": "worker", "index": index}}
         commands.append((_WORKER_CHILD, {"TF_CONFIG": json.dumps(tf_config)}, worker_flags))
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(tiny_data), str(root),
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(distributed_data), str(root),
                                json.dumps(families)], cwd=subprocess_env["PYTHONPATH"],
                               env=dict(subprocess_env, **env), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
@@ -217,6 +256,14 @@ def test_mirrored_two_cpu_replicas_equals_default(distributed_runs, family):
         # though Adam's step hardly changes) and the memories of both replicas.
         for key, diff in step["diff"].items():
             assert diff <= 1e-5 * max(step["scale"][key], 1.0), (key, diff)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", _FULL_FAMILIES)
+def test_mirrored_evaluation_equals_default(distributed_runs, family):
+    """The default and the mirrored trainer after their steps (weights that agree: the test
+    above), each evaluated: 6 records, then the whole split."""
+    report, _, _ = distributed_runs[family]
     assert report["valid"][1] == pytest.approx(report["valid"][0], rel=1e-6)
     # The whole split, tail included, on either strategy.
     whole_one, whole_two = report["valid_whole"]
@@ -226,7 +273,7 @@ def test_mirrored_two_cpu_replicas_equals_default(distributed_runs, family):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", sorted(_FAMILY_FLAGS))
+@pytest.mark.parametrize("family", _FULL_FAMILIES)
 def test_stream_evaluator_on_two_replicas_equals_one_device(distributed_runs, family):
     """The same weights: replica r scores rows [2r, 2r+2) of the batched segments, the
     tail continues row 3 (the last replica's last row) at batch 1 on one device."""
@@ -241,7 +288,7 @@ def test_stream_evaluator_on_two_replicas_equals_one_device(distributed_runs, fa
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", sorted(_FAMILY_FLAGS))
+@pytest.mark.parametrize("family", _FULL_FAMILIES)
 def test_mirrored_with_batch_split_equals_default(distributed_runs, family):
     """Two replicas, each running its 2 rows as 2 micro-batches of one row."""
     report, _, _ = distributed_runs[family]
