@@ -98,6 +98,12 @@ def registered():
     return tuple(r.load() for r in _REGISTERED)
 
 
+def reports():
+    """The registered plug-ins' classes of class-level hooks (`Registration.report`), in
+    registry order; they import no TensorFlow when the plug-ins declare a report."""
+    return tuple(r.load_report() for r in _REGISTERED)
+
+
 def make_plugins(model, config, horizon):
     """The registered plug-ins that apply to `model`, in registry order."""
     plugins = []
@@ -115,22 +121,22 @@ def run_files():
 
 def summary_lines(config, results):
     """The registered plug-ins' lines of the end-of-run summary, in registry order."""
-    return [line for cls in registered() for line in cls.summary_lines(config, results)]
+    return [line for cls in reports() for line in cls.summary_lines(config, results)]
 
 
 def closing_lines(results):
     """The registered plug-ins' lines about the command's later stages, in registry order."""
-    return [line for cls in registered() for line in cls.closing_lines(results)]
+    return [line for cls in reports() for line in cls.closing_lines(results)]
 
 
 def later_steps(config, train_records):
     """The training steps of the later stages the registered plug-ins run after `config`'s."""
-    return sum(cls.later_steps(config, train_records) for cls in registered())
+    return sum(cls.later_steps(config, train_records) for cls in reports())
 
 
 def plan_lines(config, train_records):
     """The registered plug-ins' lines announcing the command's later stages."""
-    return [line for cls in registered() for line in cls.plan_lines(config, train_records)]
+    return [line for cls in reports() for line in cls.plan_lines(config, train_records)]
 
 
 def read_model_flag(name, value):
@@ -155,4 +161,4 @@ def later_runs(config):
 
 def next_commands(config, results):
     """The registered plug-ins' commands for the summary's "next:" list, in registry order."""
-    return [line for cls in registered() for line in cls.next_commands(config, results)]
+    return [line for cls in reports() for line in cls.next_commands(config, results)]

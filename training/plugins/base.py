@@ -50,6 +50,11 @@ class Registration:
         later_runs: `(config) -> [model_dir, ...]`: the run directories of the stages
             the command trains after this run (the search's retrain), in order, read
             without TensorFlow (a finished command is answered from their files), or None.
+        report: `() -> class` whose classmethods are the plug-in's class-level hooks
+            (`summary_lines`, `closing_lines`, `later_steps`, `plan_lines`,
+            `next_commands`, `finished_follow_up`, `merge_follow_up`), importing no
+            TensorFlow so that a finished command is answered at once; its `load()` class
+            inherits them. None: `load` (the plug-in class itself).
     """
 
     name: str
@@ -60,6 +65,11 @@ class Registration:
     migrate: Callable[[dict], dict] | None = None
     model_flag_readers: dict = dataclasses.field(default_factory=dict)
     later_runs: Callable | None = None
+    report: Callable[[], type] | None = None
+
+    def load_report(self):
+        """The class of the plug-in's class-level hooks (`report`, else `load`)."""
+        return (self.report or self.load)()
 
     def __post_init__(self):
         if (self.section is None) != (self.config is None):

@@ -37,19 +37,42 @@ def prompt_from_text(text, max_words=PROMPT_WORDS):
 
 
 def valid_prompt(data_dir):
-    """`prompt_from_text` of the start of the build's valid split, or None when the
-    build cannot be read (the summary then keeps its generic prompt)."""
-    import tensorflow as tf
+    """`prompt_from_text` of the valid split's words, or None when the build cannot be read
+    (the summary then keeps its generic prompt).
 
+    The split's tail (its ids after the last record, `{split}-tail.txt`) is read first:
+    plain text, no TensorFlow, so a finished command's summary comes at once; a tail
+    without a usable line falls back to the start of the split's records.
+    """
     from pardata.errors import DataError
-    from pardata.meta import load_meta
-    from pardata.records import load_tokenizer, make_dataset
+    from pardata.meta import load_meta, tail_path
+    from pardata.tokenizers import load_tokenizer_files
 
     try:
         meta = load_meta(data_dir)
         if "valid" not in meta["splits"]:
             return None
-        tokenizer = load_tokenizer(data_dir, meta)
+        tokenizer = load_tokenizer_files(data_dir, meta["tokenizer"])
+        with open(tail_path(data_dir, "valid", meta["splits"]["valid"]), encoding="ascii") as f:
+            tail = [int(x) for x in f.read().split()]
+        text = tokenizer.decode([i for i in tail if 0 <= i < tokenizer.vocab_size])
+        # From its first sentence (the tail starts mid-sentence), or its first whole line.
+        start = min((i + 2 for i in (text.find(". "), text.find("\n") - 1) if i >= 0),
+                    default=0)
+        prompt = prompt_from_text(text[start:])
+    except (DataError, OSError, ValueError):
+        return None
+    return prompt or _records_prompt(data_dir, meta, tokenizer)
+
+
+def _records_prompt(data_dir, meta, tokenizer):
+    """`prompt_from_text` of the start of the valid split's records (TensorFlow)."""
+    import tensorflow as tf
+
+    from pardata.errors import DataError
+    from pardata.records import make_dataset
+
+    try:
         records = make_dataset(data_dir, "valid", meta=meta, verify=False)
         ids = []
         for count, (inputs, _) in enumerate(itertools.islice(records, PROMPT_RECORDS), 1):

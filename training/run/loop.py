@@ -143,7 +143,7 @@ def _train_runs(config, callbacks, strategy, overwrite, stop, command):
         steps = [(cls.finished_follow_up(config, results),
                   lambda results, followed, cls=cls: cls.merge_follow_up(config, results,
                                                                          followed))
-                 for cls in plugins.registered()]
+                 for cls in plugins.reports()]
     else:
         results, made = _train_one(config, callbacks, strategy, overwrite, stop, command)
         steps = [(plugin.follow_up(config, results), plugin.after_follow_up)

@@ -26,6 +26,12 @@ def _load():
     return ParSearch
 
 
+def _load_report():
+    from training.plugins.par_search.report import ParSearchReport
+
+    return ParSearchReport
+
+
 def _read_architecture(value):
     """--architecture: a finished search run (or its architecture.json/.txt) -> its derived
     string; a name or a string of block letters as it is."""
@@ -54,4 +60,4 @@ PLUGIN = Registration(name="par_search", load=_load, section=config.SECTION,
                       config=config.SearchConfig, resumable=config.RESUMABLE,
                       migrate=config.migrate_flat,
                       model_flag_readers={"architecture": _read_architecture},
-                      later_runs=_later_runs)
+                      later_runs=_later_runs, report=_load_report)

@@ -54,13 +54,13 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-from runstore import run_dir
-from training.plugins.base import OptimizerGroup, Plugin
+from training.plugins.base import OptimizerGroup
 from training.plugins.par_search import derive, plots, stopping
 from training.plugins.par_search import summaries as arch_summaries
 from training.plugins.par_search.config import ARCH_WARMUP_FRACTION
 from training.plugins.par_search.costs import candidate_costs
 from training.plugins.par_search.freezing import FreezeState
+from training.plugins.par_search.report import ParSearchReport
 from training.plugins.par_search.retrain import retrain_config, seed_from_search
 from training.plugins.par_search.schedules import tau_at
 from training.setup.plan import capped_warmup
@@ -72,7 +72,7 @@ def _softmax(logits):
     return z / z.sum(axis=-1, keepdims=True)
 
 
-class ParSearch(Plugin):
+class ParSearch(ParSearchReport):
     """See the module docstring."""
 
     RUN_FILES = (plots.ARCH_HISTORY_FILE, derive.ARCHITECTURE_JSON, derive.ARCHITECTURE_TXT,
@@ -342,39 +342,6 @@ class ParSearch(Plugin):
         return "; " + ", ".join(f"block {b}: {why}" for b, (ok, _, why) in enumerate(last)
                                 if not ok)
 
-    @classmethod
-    def finished_follow_up(cls, config, results):
-        """The retrain of a search that finished earlier, from its metrics.json: its derived
-        architecture, when `follow_up` would have retrained it (decided, or ended at its
-        planned step with --stop_rule=stable)."""
-        search = config.search
-        derived = results.get("architecture")
-        searched = getattr(config.model, "architecture", None) == "supernet"
-        decided = (results.get("derivation") or {}).get("decided_step") is not None
-        if not (searched and search.then_retrain and isinstance(derived, str)):
-            return None
-        if not decided and search.stop_rule != "stable":
-            return None
-        return retrain_config(config, derived)
-
-    @classmethod
-    def merge_follow_up(cls, config, results, followed):
-        """Adds the retrained network's best and last results to the search's metrics.json."""
-        results = dict(results)
-        results["retrain"] = {"model_dir": os.path.normpath(config.model_dir) + "_retrain",
-                              "architecture": followed.get("architecture"),
-                              **{k: followed[k] for k in ("best", "last") if k in followed}}
-        path = os.path.join(config.model_dir, run_dir.METRICS_FILE)
-        if os.path.exists(path):
-            run_dir.atomic_write_json(path, results)
-        for name, run in (("search (supernet)", results), ("derived, retrained", followed)):
-            best = run.get("best") or run.get("last")
-            if best:
-                logging.info("%s %s: best valid ppl %.2f (step %d), test ppl %.2f", name,
-                             run.get("architecture"), best["valid"]["perplexity"],
-                             best["step"], best["test"]["perplexity"])
-        return results
-
     # ------------------------------------------------------------ the host
 
     def on_start(self, model_dir, resumed_step):
@@ -406,26 +373,6 @@ class ParSearch(Plugin):
         arch_summaries.write_architecture(summaries, step, probs, self.choices)
         self.history.append(step, probs)
         self.history.save(model_dir)
-
-    @classmethod
-    def summary_lines(cls, config, results):
-        return arch_summaries.result_lines(config, results)
-
-    @classmethod
-    def closing_lines(cls, results):
-        return arch_summaries.pipeline_lines(results)
-
-    @classmethod
-    def later_steps(cls, config, train_records):
-        return arch_summaries.later_steps(config, train_records)
-
-    @classmethod
-    def plan_lines(cls, config, train_records):
-        return arch_summaries.plan_lines(config, train_records)
-
-    @classmethod
-    def next_commands(cls, config, results):
-        return arch_summaries.next_commands(config, results)
 
     def on_finish(self, results, model_dir, chief):
         results["architecture"] = self.model.derived_architecture

@@ -13,8 +13,6 @@ import os
 import re
 import shlex
 
-import tensorflow as tf
-
 from model.families import get_family
 from training.plugins.par_search.config import SECTION
 from training.setup.recipes import get_recipe
@@ -106,6 +104,8 @@ def candidate_key(path):
 def seed_from_search(model, search_dir):
     """Gives derived network `model` the weights of its candidates in the supernet of
     search run `search_dir` (its best checkpoint). Returns the checkpoint prefix."""
+    import tensorflow as tf
+
     from model.families import build_model
     from runstore import checkpoints
     from runstore.config import RunConfig

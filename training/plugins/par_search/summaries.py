@@ -9,20 +9,28 @@ block-by-choice heat map `arch/probabilities`, written to the train writer by
 Console: the end-of-run summary's lines of a search (`result_lines`: the
 derived architecture, and why it has no attention block) and its first "next"
 command (`next_commands`: retrain the derived network), which
-`ParSearch.summary_lines` / `next_commands` give to training/report/summary.py.
+`ParSearchReport.summary_lines` / `next_commands` give to training/report/summary.py.
+Imports no TensorFlow.
 """
 
 import os
 
 import numpy as np
 
-from model.transformer_xl import blocks
 from training.plugins.par_search.retrain import retrain_command, retrain_config
 from training.setup.plan import total_steps
 
 # Pixels per cell of the block-by-choice heat map: TensorBoard shows images at
 # their native size, and a 6x3 image would be unreadable.
 _CELL = 24
+
+
+def _block_names():
+    """The registered block types (model/transformer_xl/blocks.py imports TensorFlow: loaded
+    only by the TensorBoard summaries, not by the console's lines)."""
+    from model.transformer_xl import blocks
+
+    return blocks.names()
 
 
 def _heat_colors(probs):
@@ -60,7 +68,7 @@ def check_probs(probs, choices=None):
     `choices` are the names of the C candidates (the run's `candidates`); None: those
     of a new config (every registered block type)."""
     probs = np.asarray(probs, dtype=np.float64)
-    num = len(blocks.names() if choices is None else choices)
+    num = len(_block_names() if choices is None else choices)
     if probs.ndim != 2 or probs.shape[1] != num or probs.shape[0] == 0:
         raise ValueError(
             f"architecture probabilities must have shape [num_blocks, {num}], got {probs.shape}"
@@ -80,7 +88,7 @@ def write_architecture(summaries, step, probs, choices=None):
         choices: the candidates' names, the supernet's (its config's
             `candidates`); None: those of a new config (every registered block type).
     """
-    names = tuple(blocks.names() if choices is None else choices)
+    names = tuple(_block_names() if choices is None else choices)
     probs = check_probs(probs, names)
     summaries.tagged_scalars(step, {
         f"arch/block_{block:02d}/{choice}": float(p)
