@@ -128,7 +128,7 @@ def test_each_sigint_stops_its_stage_with_one_line_and_the_next_start_resumes_it
     for name in ("boundary_sigterm", "retrain", "export"):
         assert f"{search} finished earlier: its results are read from its metrics.json" in \
             results[name][1], name
-        assert f"resuming {search}" not in results[name][1], name
+        assert f"resuming {search} at step" not in results[name][1], name
     # Once both stages had finished, a start resumes nothing: it only exports (the command
     # is answered from the runs' files, training/setup/finished.py).
     for name in ("export_sigterm", "final"):
@@ -149,7 +149,7 @@ def test_sigkill_at_the_boundary_and_during_the_export_leaves_nothing_half_writt
     assert kill_code == -signal.SIGKILL, (kill_code, kill_err[-3000:])
     stderr = pipelines["kill_export_stderr"]
     search, retrain = _stages(pipelines["runs"]["killed"])
-    assert f"{search} finished earlier" in stderr and f"resuming {search}" not in stderr
+    assert f"{search} finished earlier" in stderr and f"resuming {search} at" not in stderr
     assert f"resuming {retrain}" not in stderr
     # Killed while the package was written: its temporary was there, the package not.
     written = pipelines["after_kill_export"]
