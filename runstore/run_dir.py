@@ -244,7 +244,8 @@ def _fsync_directory(directory):
         os.close(fd)
 
 
-def _remove(path):
+def remove_if_present(path):
+    """Removes the file `path`; one that is not there (or cannot be removed) is left alone."""
     try:
         os.remove(path)
     except OSError:
@@ -280,7 +281,7 @@ def atomic_output(path, suffix="", hint=None):
         raise WriteError(path, reason(error), hint) from None
     finally:
         if os.path.lexists(tmp):
-            _remove(tmp)
+            remove_if_present(tmp)
     _fsync_directory(os.path.dirname(os.path.abspath(path)))
 
 

@@ -177,7 +177,7 @@ class Decoder:
         seed = _check_seed(seed)
         exclude = _check_exclude(exclude_ids, self.model.vocab_size)
         stops = _check_exclude(stop_ids, self.model.vocab_size, "stop_ids")
-        penalty = _check_penalty(repetition_penalty)
+        penalty = check_penalty(repetition_penalty)
         ids = _check_ids(prompt_ids, self.model.vocab_size)
         with self._first_run():
             out = self._decoding.run(
@@ -236,7 +236,7 @@ class Decoder:
         options = dict(chunk_len=self._chunk_len(chunk_len),
                        exclude_ids=_check_exclude(exclude_ids, self.model.vocab_size),
                        stop_ids=_check_exclude(stop_ids, self.model.vocab_size, "stop_ids"),
-                       penalty=_check_penalty(repetition_penalty))
+                       penalty=check_penalty(repetition_penalty))
         results = []
         for start in range(0, len(ids), batch_size):
             with self._first_run():
@@ -267,7 +267,7 @@ class Decoder:
         ids = _check_ids(prompt_ids, self.model.vocab_size)
         exclude = _check_exclude(exclude_ids, self.model.vocab_size)
         stops = _check_exclude(stop_ids, self.model.vocab_size, "stop_ids")
-        penalty = _check_penalty(repetition_penalty)
+        penalty = check_penalty(repetition_penalty)
         chunk_len = self._chunk_len(chunk_len)
         state, history, done = None, ids, 0
         while done < num_tokens:
@@ -294,7 +294,8 @@ def _padded(tokens, lengths, num_tokens):
     return out
 
 
-def _check_penalty(value):
+def check_penalty(value):
+    """`value` as a float when it is a repetition penalty (> 0), else a GenerationError."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) or not (
             np.isfinite(value) and value > 0):
         raise GenerationError(f"repetition_penalty={value!r} must be a number > 0 (1: none; "

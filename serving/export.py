@@ -100,6 +100,7 @@ from samplers.decoding import Options, decode, decode_prompts, join_after_of, sa
 from samplers.registry import registered
 from serving.card import SAVED_MODEL_CARD, card_path, render_card, run_facts
 from serving.errors import GenerationError
+from serving.prompts import token_texts
 
 SIGNATURE = "serve"
 GENERATE_SIGNATURE = "generate"
@@ -203,20 +204,13 @@ def _save_with_card(package, path):
             placed = True
     except BaseException:
         if placed:
-            _remove_file(path)
+            run_dir.remove_if_present(path)
         raise
 
 
 def _write_text(path, text):
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
-
-
-def _remove_file(path):
-    try:
-        os.remove(path)
-    except OSError:
-        pass
 
 
 class _Untracked:
@@ -298,7 +292,7 @@ class ServingModule(tf.Module):
                 tf.TensorSpec([], tf.bool, name="allow_unk")])
         self._join_after = join_after_of(self._next, self._float_state(), self._mem_len)
         # Each id's own text: the ids that end a row at once for a stop string.
-        self._token_texts = tf.constant([_token_text(tokenizer, i) for i in range(self._vocab)])
+        self._token_texts = tf.constant(token_texts(tokenizer))
         self.generate_batch = tf.function(
             self._generate_batch, autograph=False, input_signature=[
                 tf.TensorSpec([None], tf.string, name="prompts"), options[1],
@@ -494,14 +488,6 @@ class ServingModule(tf.Module):
         continuations = tf.map_fn(continuation, new_ids, fn_output_signature=tf.string)
         return {"text": tf.strings.join([prompt, continuations]), "continuation": continuations,
                 "token_ids": new_ids, "prompt_ids": ids}
-
-
-def _token_text(tokenizer, i):
-    """The text of id `i` alone ("" if the tokenizer cannot decode it alone)."""
-    try:
-        return tokenizer.decode([i])
-    except (ValueError, RuntimeError, UnicodeError):
-        return ""
 
 
 def _cut_at_stops(text, stop):

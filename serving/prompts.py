@@ -2,6 +2,7 @@
 what follows it."""
 
 import dataclasses
+import weakref
 
 from pardata.errors import DataError
 from serving.errors import GenerationError
@@ -108,6 +109,25 @@ def stop_strings(stop):
     return tuple(dict.fromkeys(values))
 
 
+# tokenizer -> its `token_texts` (computed once: about 0.1 s for 12k sentencepiece ids).
+_TOKEN_TEXTS = weakref.WeakKeyDictionary()
+
+
+def token_texts(tokenizer):
+    """Each id's own text, `tokenizer.decode([i])` ("" for an id that does not decode
+    alone), as a tuple; made once per tokenizer."""
+    texts = _TOKEN_TEXTS.get(tokenizer)
+    if texts is None:
+        texts = []
+        for i in range(tokenizer.vocab_size):
+            try:
+                texts.append(tokenizer.decode([i]))
+            except (ValueError, RuntimeError, UnicodeError, DataError):
+                texts.append("")
+        texts = _TOKEN_TEXTS.setdefault(tokenizer, tuple(texts))
+    return texts
+
+
 def stop_token_ids(tokenizer, stops):
     """The ids whose own text holds a stop string: drawing one ends the row at once.
 
@@ -116,15 +136,8 @@ def stop_token_ids(tokenizer, stops):
     """
     if not stops:
         return []
-    ids = []
-    for i in range(tokenizer.vocab_size):
-        try:
-            text = tokenizer.decode([i])
-        except (ValueError, RuntimeError, UnicodeError, DataError):
-            continue
-        if any(stop in text for stop in stops):
-            ids.append(i)
-    return ids
+    return [i for i, text in enumerate(token_texts(tokenizer))
+            if any(stop in text for stop in stops)]
 
 
 def cut_at_stop(text, stops):

@@ -27,7 +27,7 @@ import numpy as np
 from samplers.base import Sampler, SamplerError
 from samplers.registry import get_sampler
 from serving import prompts as prompt_text
-from serving.decoder import check_sampling_args, resolve_sampler
+from serving.decoder import check_penalty, check_sampling_args, resolve_sampler
 from serving.errors import EvaluationError, GenerationError
 from serving.evaluation import evaluate_run
 from serving.prompts import continuation_text, cut_at_stop, encode_prompt, excluded_ids
@@ -151,11 +151,7 @@ def _generation_inputs(run, texts, max_length, num_tokens, sampler, temperature,
     check_sampling_args(DEFAULT_NUM_TOKENS if num_tokens is None else num_tokens,
                         num_samples=len(texts))
     stops = prompt_text.stop_strings(stop)
-    if isinstance(repetition_penalty, bool) or not isinstance(
-            repetition_penalty, (int, float, np.number)) or not (
-            np.isfinite(repetition_penalty) and repetition_penalty > 0):
-        raise GenerationError(f"repetition_penalty={repetition_penalty!r} must be a number > 0 "
-                              "(1: none; > 1 makes repeated tokens less likely)")
+    check_penalty(repetition_penalty)
     if seed is None:
         seed = secrets.randbits(31)
         logging.info("seed %d (pass seed=%d to reproduce)", seed, seed)
