@@ -225,7 +225,7 @@ def run_train(command, run_dir, max_steps, heartbeat):
     return code, time.perf_counter() - start
 
 
-def run_stage(name, max_steps, stage_flags, args, command=None):
+def run_stage(name, max_steps, stage_flags, args, command=None, same=None):
     """Runs (or resumes, or reads) one stage; returns its run directory.
 
     A finished run (metrics.json at `max_steps`) is read; a planned one resumes with the
@@ -239,6 +239,9 @@ def run_stage(name, max_steps, stage_flags, args, command=None):
             `command` is given).
         command: the whole command to plan instead of `stage_command`'s (another
             driver's, e.g. experiments/frontier.py); `stage_flags` is then unused.
+        same: optional `same(planned, command)`: True when a planned command differs
+            from `command` only in where the checkout is. The run then resumes with
+            `command` (this checkout's scripts), and its plan records it.
 
     Raises:
         SweepError: a foreign run directory, or a failed run (it resumes next time).
@@ -258,7 +261,10 @@ def run_stage(name, max_steps, stage_flags, args, command=None):
         run_dir.mkdir(parents=True, exist_ok=True)
     else:
         plan = common.read_json(run_dir / PLAN_FILE)
-        if plan["command"] != command:
+        if plan["command"] != command and same is not None and same(plan["command"], command):
+            print(f"{name}: resuming with this checkout's scripts", flush=True)
+            plan["command"] = command
+        elif plan["command"] != command:
             print(f"{name}: resuming with the command it was planned with (the flags "
                   f"differ now; remove {run_dir} to plan it again)", flush=True)
     close_killed_attempts(plan, run_dir / LOG_FILE)

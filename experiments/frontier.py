@@ -313,14 +313,31 @@ def train_configs(flags_by_run):
 PATH_FLAGS = ("--model_dir", "--data_dir", "--logdir")
 
 
+def checkout_free(command):
+    """`command` without where the checkout is: the script by name, the directories by
+    the place they resolve to, the pinning (taskset) dropped."""
+    script, *rest = command[command.index("bash") + 1:] or [""]
+    resolved = []
+    for flag in rest:
+        name, sep, value = flag.partition("=")
+        if sep and name in PATH_FLAGS:
+            flag = f"{name}={os.path.realpath(value)}"
+        resolved.append(flag)
+    return ["bash", os.path.basename(script), *resolved]
+
+
+def same_run(planned, command):
+    """True when two commands train the same run, from any checkout (`checkout_free`)."""
+    return checkout_free(planned) == checkout_free(command)
+
+
 def check_plans(commands, runs_dir):
     """Refuses a run directory planned with other train.py flags than `commands` now give.
 
     A finished run is read, not rerun: one of another budget, recipe or size would
     enter the frontier silently. Only the pinning (taskset) and where the checkout is
-    may differ: the script is compared by name, the directories by the place they
-    resolve to (a second checkout whose runs/, data/ and logs/ link to the first's
-    resumes its runs).
+    may differ (`checkout_free`): a second checkout whose runs/, data/ and logs/ link to
+    the first's resumes its runs, with its own scripts.
 
     Args:
         commands: run name -> its command (`run_command`).
@@ -328,20 +345,10 @@ def check_plans(commands, runs_dir):
     Raises:
         UsageError: naming the run directory, the flags that differ and the fix.
     """
-    def flags(command):
-        script, *rest = command[command.index("bash") + 1:] or [""]
-        resolved = []
-        for flag in rest:
-            name, sep, value = flag.partition("=")
-            if sep and name in PATH_FLAGS:
-                flag = f"{name}={os.path.realpath(value)}"
-            resolved.append(flag)
-        return ["bash", os.path.basename(script), *resolved]
-
     for name, command in commands.items():
         plan = common.read_json(pathlib.Path(runs_dir) / name / cost_sweep.PLAN_FILE)
-        if plan is not None and flags(plan["command"]) != flags(command):
-            old, new = flags(plan["command"]), flags(command)
+        if plan is not None and not same_run(plan["command"], command):
+            old, new = checkout_free(plan["command"]), checkout_free(command)
             differ = [f for f in old if f not in new] + [f for f in new if f not in old]
             raise UsageError(
                 f"{pathlib.Path(runs_dir) / name} was planned with other flags "
@@ -665,7 +672,7 @@ def _run(args, plan, flags, configs, records, command, meta, reference_run):
         name = run_name(point, seed)
         try:
             cost_sweep.run_stage(name, total_steps(configs[name], records), [], args,
-                                 command=run_command(flags[name], args.cpus))
+                                 command=run_command(flags[name], args.cpus), same=same_run)
         except cost_sweep.SweepError as error:
             failures.append(name)
             print(f"error: {error}", file=sys.stderr, flush=True)

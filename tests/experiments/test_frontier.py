@@ -3,6 +3,7 @@ command as train.py parses it, the per-point statistics by hand, bad input (one 
 written), and the whole driver on the tiny preset (runs, summary.json, plot, interleaved
 throughput, then a second invocation that only reads)."""
 
+import argparse
 import json
 import os
 
@@ -305,3 +306,39 @@ def test_a_second_checkout_linking_the_same_directories_resumes_the_plan(tmp_pat
     with pytest.raises(fr.UsageError, match="planned with other flags"):
         fr.check_plans({"af_seed0": [*moved[:2], f"--model_dir={second}/elsewhere",
                                      "--max_steps=5"]}, first / "runs")
+
+
+def test_a_planned_run_resumes_with_the_second_checkouts_scripts(tmp_path, monkeypatch):
+    """The run trains with this checkout's base_model.sh (the first one may be edited
+    meanwhile), and its plan records that command."""
+    from experiments import cost_sweep
+
+    first, second = tmp_path / "main", tmp_path / "other"
+    (first / "runs" / "af_seed0").mkdir(parents=True)
+    second.mkdir()
+    (second / "runs").symlink_to(first / "runs")
+    planned = ["taskset", "-c", "0", "bash", str(first / "base_model.sh"),
+               f"--model_dir={first}/runs/af_seed0", "--max_steps=5"]
+    plan_file = first / "runs" / "af_seed0" / cost_sweep.PLAN_FILE
+    plan_file.write_text(json.dumps(dict(name="af_seed0", max_steps=5, command=planned,
+                                         attempts=[])))
+    moved = ["bash", str(second / "base_model.sh"), f"--model_dir={second}/runs/af_seed0",
+             "--max_steps=5"]
+    ran = []
+
+    def fake_train(command, run_dir, max_steps, heartbeat):
+        ran.append(command)
+        (run_dir / "metrics.json").write_text(json.dumps({"step": max_steps}))
+        return 0, 0.5
+
+    monkeypatch.setattr(cost_sweep, "run_train", fake_train)
+    args = argparse.Namespace(runs_dir=str(second / "runs"), heartbeat=0)
+    cost_sweep.run_stage("af_seed0", 5, [], args, command=moved, same=fr.same_run)
+    assert ran == [moved]
+    assert json.loads(plan_file.read_text())["command"] == moved
+    # Without `same` (or for another run), the plan's own command still runs.
+    plan_file.write_text(json.dumps(dict(name="af_seed0", max_steps=5, command=planned,
+                                         attempts=[])))
+    (first / "runs" / "af_seed0" / "metrics.json").unlink()
+    cost_sweep.run_stage("af_seed0", 5, [], args, command=moved)
+    assert ran[-1] == planned
