@@ -34,8 +34,9 @@
 # ends once every block's choice is stable (--stop_rule=stable; no progressive
 # freezing, which changed the 20-epoch search's outcome), then the derived
 # network trained 20 epochs from scratch in runs/wt2_base_pipeline_retrain,
-# evaluated on test and exported to runs/wt2_base_pipeline.keras. Running it
-# again resumes the stage it was in.
+# evaluated on test and exported to runs/wt2_base_pipeline.keras (with another
+# --model_dir=DIR: DIR.keras, unless --export says where). Running it again
+# resumes the stage it was in.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -64,11 +65,14 @@ quick=0
 pipeline=0
 recipe=0
 architecture=""
+model_dir=""
+export_given=0
 args=()
 pending=""
 for arg in "$@"; do
   if [[ -n "$pending" ]]; then  # the value of a spaced --flag value
     [[ "$pending" == architecture ]] && architecture="$arg"
+    [[ "$pending" == model_dir ]] && model_dir="$(from_caller "$pending" "$arg")"
     args+=("$(from_caller "$pending" "$arg")")
     pending=""
     continue
@@ -87,9 +91,11 @@ for arg in "$@"; do
   fi
   [[ "$arg" == --recipe=* ]] && recipe=1
   [[ "$arg" == --architecture=* ]] && architecture="${arg#*=}"
+  [[ "$arg" == --export || "$arg" == --export=* ]] && export_given=1
   if [[ " $PATH_FLAGS " == *" $name "* && "$arg" == --* ]]; then
     if [[ "$arg" == *=* ]]; then
       arg="--$name=$(from_caller "$name" "${arg#*=}")"
+      [[ "$name" == model_dir ]] && model_dir="${arg#*=}"
     else
       pending="$name"
     fi
@@ -112,6 +118,11 @@ elif [[ $pipeline -eq 1 ]]; then
           --arch_warmup_steps=2000 --eval_interval=2500 --checkpoint_interval=2500
           --freeze_threshold=0 --stop_rule=stable --stop_window=1000 --then_retrain
           --export=runs/wt2_base_pipeline.keras)
+  # A pipeline in another run directory exports beside it (<model_dir>.keras), not over
+  # the default pipeline's package.
+  if [[ -n "$model_dir" && $export_given -eq 0 ]]; then
+    length+=(--export="${model_dir%/}.keras")
+  fi
   # The derived network's length: the recipe's, or the seed recipe's 20 epochs.
   [[ $recipe -eq 1 ]] || length+=(--retrain_epochs=20)
 elif [[ $quick -eq 1 ]]; then

@@ -127,3 +127,17 @@ def test_pipeline_with_an_architecture_is_one_clear_error(project_root, tmp_path
         "error: --pipeline searches the architecture, then trains the one it finds: drop "
         "--architecture=afafaf to search, or train that architecture without --pipeline "
         "(./base_model.sh --architecture=afafaf --arch_warmup_steps=0 --model_dir=runs/NAME)"]
+
+
+def test_a_pipeline_in_another_run_directory_exports_beside_it(project_root, tmp_path):
+    """--model_dir=DIR exports to DIR.keras, not over the default pipeline's package;
+    an --export the user gives wins; the default run exports where the README says."""
+    for spelling in (["--model_dir=runs/mine/"], ["--model_dir", "runs/mine"]):
+        done = _run_base_model(project_root, tmp_path, "--pipeline", *spelling)
+        assert done.returncode == 0, done.stderr
+        assert last_flag(done.stdout.splitlines()[1:], "export") == f"{tmp_path}/runs/mine.keras"
+    done = _run_base_model(project_root, tmp_path, "--pipeline", "--model_dir=runs/mine",
+                           "--export=elsewhere.keras")
+    assert last_flag(done.stdout.splitlines()[1:], "export") == f"{tmp_path}/elsewhere.keras"
+    done = _run_base_model(project_root, tmp_path, "--pipeline")
+    assert last_flag(done.stdout.splitlines()[1:], "export") == "runs/wt2_base_pipeline.keras"
