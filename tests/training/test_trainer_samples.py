@@ -7,7 +7,8 @@ import pytest
 
 
 @pytest.mark.slow
-def test_samples_skip_the_unknown_word_token_of_a_model_that_prefers_it(tiny_data, tmp_path):
+def test_samples_skip_the_unknown_word_token_of_a_model_that_prefers_it(tiny_data, tmp_path,
+                                                                          caplog):
     import tensorflow as tf
 
     import data_utils
@@ -28,7 +29,14 @@ def test_samples_skip_the_unknown_word_token_of_a_model_that_prefers_it(tiny_dat
     ids = tf.constant([tokenizer.encode("the game was released in")], tf.int32)
     hidden, _ = trainer.model(ids, trainer.model.initial_state(1, 8), training=False)
     assert np.exp(trainer.model.log_probs(hidden)[0, -1, unk].numpy()) > 0.99
+    caplog.set_level("INFO")
     text = trainer.sample_text(200, step=3)
     _, sample = text.split(" || ")
     words = sample.split()
     assert "<unk>" not in words and len(words) > 100, sample
+    # The first sample says before it starts that it traces the loop (no silent stretch);
+    # the next one does not.
+    assert trainer.sample_text(5, step=4)
+    tracing = [r.getMessage() for r in caplog.records if "tracing the decoding" in r.getMessage()]
+    assert tracing == ["sample at step 3: tracing the decoding loop first (once per run; tens "
+                       "of seconds on a CPU)"]

@@ -11,8 +11,12 @@ the training RNG is not disturbed.
 plug-in's trace key change makes it again).
 """
 
+import contextlib
+
+from absl import logging
 import tensorflow as tf
 
+from pardata import quiet
 from pardata.records import make_dataset
 from samplers.decoding import CompiledDecoding
 from samplers.registry import get_sampler
@@ -41,6 +45,7 @@ class TextSampler:
         self.strategy = strategy
         self.mem_len = max(config.eval_mem_len, 1)
         self._decoding = CompiledDecoding(model, self.mem_len)
+        self._traced = False
 
     def sample_text(self, num_tokens, step):
         """Text generated after the first segment of the valid split's first row.
@@ -57,10 +62,22 @@ class TextSampler:
             return ""
         dataset = make_dataset(self.config.data_dir, "valid", meta=self.meta)
         prompt = next(iter(dataset))[0][:1]  # [1, T]
-        tokens = self._decoding.run(
-            prompt[0].numpy(), num_tokens, get_sampler("sample"),
-            state=self.model.initial_state(1, self.mem_len), chunk_len=int(prompt.shape[1]),
-            seed=self.config.model.seed, step_offset=step * _STEP_STRIDE,
-            exclude_ids=self.tokenizer.unknown_ids())["tokens"]  # never <unk>
+        with self._first_run(step):
+            tokens = self._decoding.run(
+                prompt[0].numpy(), num_tokens, get_sampler("sample"),
+                state=self.model.initial_state(1, self.mem_len), chunk_len=int(prompt.shape[1]),
+                seed=self.config.model.seed, step_offset=step * _STEP_STRIDE,
+                exclude_ids=self.tokenizer.unknown_ids())["tokens"]  # never <unk>
         prompt_text = self.tokenizer.decode(prompt[0].numpy().tolist())
         return f"{prompt_text} || {self.tokenizer.decode(tokens[0].numpy().tolist())}"
+
+    def _first_run(self, step):
+        """The first sample traces the decoding loop (tens of seconds on a busy CPU): said
+        before it starts, and TensorFlow's notices while it optimises the graph (oneDNN's
+        int32 fallback) filtered as at start-up (pardata/quiet.py)."""
+        if self._traced:
+            return contextlib.nullcontext()
+        self._traced = True
+        logging.info("sample at step %d: tracing the decoding loop first (once per run; "
+                     "tens of seconds on a CPU)", step)
+        return quiet.filtered_stderr()
