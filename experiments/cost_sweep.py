@@ -35,16 +35,20 @@ Every run is base_model.sh's recipe (wt2_base, Adam with cosine decay, tau
 run), whose flags the sweep's override; each stage's command is in its
 sweep_plan.json.
 
-Size of the cost term (training/plugins/par_search/plugin.py): at wt2_base size (T 32,
-M 16) an attention block costs 0.118 and a dense block 0.124 of a
+Size of the cost term (training/plugins/par_search/plugin.py; the one FLOPs model of
+model/transformer_xl/flops.py, counted for the training batch): at wt2_base size (T 32,
+M 16, B 32) an attention block costs 0.103 and a dense block 0.133 of a
 Transformer-XL's forward FLOPs per token, identity 0, embedding and adaptive
-softmax 0.274 (`cost_per_block` in the results). So the knob trades whole
+softmax 0.294 (`cost_per_block` in the results). So the knob trades whole
 blocks for identity rather than attention for dense, and making a block
-identity lowers the loss by C * 0.12 nats per token, against a token NLL of
-about 4-5. The default coefficients bracket what one block of a briefly
-trained 6-block model is worth (a few hundredths of a nat): 0 (off), 0.05
-(0.006 nats per block dropped: only useless blocks go), 0.2 (0.024: about
-break-even) and 1.0 (0.12: most blocks go).
+identity lowers the loss by C * 0.10 (attention) to C * 0.13 (dense) nats per
+token, against a token NLL of about 4-5. The default coefficients bracket what
+one block of a briefly trained 6-block model is worth (a few hundredths of a
+nat): 0 (off), 0.05 (0.005-0.007 nats per block dropped: only useless blocks
+go), 0.2 (0.02-0.03: about break-even) and 1.0 (0.10-0.13: most blocks go).
+The rows' FLOPs (each search's derivation report), the networks' FLOPs in the
+throughput and `cost_per_block` are the same model, counted again when a
+cached throughput is read.
 
 Resumable: a stage whose run finished (metrics.json at the planned step) is
 read, not rerun; an unfinished one resumes from its last checkpoint with the
@@ -317,16 +321,17 @@ def measure_throughput(retrain_dirs, args):
 
     Returns:
         dict with `networks`: architecture -> {tokens_per_sec, vs_reference,
-        samples_s, ...}, `reference` (its architecture) and the settings.
+        relative_flops, samples_s, ...}, `reference` (its architecture), the settings
+        and `cost_per_block`. The FLOPs (`network_flops`) are arithmetic, counted
+        again on every call, also for a cached measurement.
     """
     import dataclasses
 
-    from model.transformer_xl import flops
     from training.setup.config import TrainConfig
 
     configs = {arch: TrainConfig.load(str(d)) for arch, d in retrain_dirs.items()}
     first = next(iter(configs.values()))
-    reference = flops.transformer_xl_architecture(first.model.num_blocks)
+    reference = transformer_xl_architecture(first.model.num_blocks)
     models = {arch: c.model for arch, c in configs.items()}
     models.setdefault(reference, dataclasses.replace(first.model, architecture=reference))
     key = json.loads(json.dumps(dict(
@@ -334,25 +339,48 @@ def measure_throughput(retrain_dirs, args):
         sample_seconds=args.sample_seconds, batch_size=first.batch_size,
         seq_len=first.seq_len, precision=args.precision)))
     path = pathlib.Path(args.runs_dir) / THROUGHPUT_FILE
-    cached = cached_throughput(path, key)
-    if cached is not None:
-        return cached
-    load_start = common.loadavg()
-    samples, steps, step_kind = sample_throughput(models, first.batch_size, first.seq_len,
-                                                  args.precision, args.rounds,
-                                                  args.sample_seconds)
-    tokens = first.batch_size * first.seq_len
-    networks = {arch: dict(
-        tokens_per_sec=tokens / statistics.median(samples[arch]),
-        vs_reference=common.paired_ratio(samples[reference], samples[arch]),
-        relative_flops=flops.relative_to_transformer_xl(
-            models[arch], arch, first.seq_len, models[arch].mem_len)["total"],
-        steps_per_sample=steps[arch], samples_s=samples[arch]) for arch in models}
-    result = dict(key=key, reference=reference, networks=networks, step=step_kind,
-                  loadavg_start=load_start, loadavg_end=common.loadavg(),
-                  cost_per_block=cost_per_block(first))
-    common.write_json(path, result)
+    result = cached_throughput(path, key)
+    written = json.dumps(result, sort_keys=True) if result is not None else None
+    if result is None:
+        load_start = common.loadavg()
+        samples, steps, step_kind = sample_throughput(models, first.batch_size, first.seq_len,
+                                                      args.precision, args.rounds,
+                                                      args.sample_seconds)
+        tokens = first.batch_size * first.seq_len
+        networks = {arch: dict(
+            tokens_per_sec=tokens / statistics.median(samples[arch]),
+            vs_reference=common.paired_ratio(samples[reference], samples[arch]),
+            steps_per_sample=steps[arch], samples_s=samples[arch]) for arch in models}
+        result = dict(key=key, reference=reference, networks=networks, step=step_kind,
+                      loadavg_start=load_start, loadavg_end=common.loadavg())
+    relative, result["cost_per_block"] = network_flops(models, first)
+    for arch, net in result["networks"].items():
+        net["relative_flops"] = relative[arch]
+    if json.dumps(result, sort_keys=True) != written:  # measured, or counted another way
+        common.write_json(path, result)
     return result
+
+
+def network_flops(models, config):
+    """Forward FLOPs per token of each network relative to the Transformer-XL of the same
+    depth, and the search's cost table (`cost_per_block`): the one FLOPs model
+    (model/transformer_xl/flops.py), at the runs' segment, memory and training batch, as
+    the search's derivation report counts (so a row's relative FLOPs and its network's
+    agree).
+
+    Args:
+        models: architecture -> ModelConfig.
+        config: one run's TrainConfig (batch and segment are every run's).
+
+    Returns:
+        (architecture -> relative FLOPs, cost_per_block dict).
+    """
+    from model.transformer_xl import flops
+
+    relative = {arch: flops.relative_to_transformer_xl(
+        model, arch, config.seq_len, model.mem_len, batch_size=config.batch_size)["total"]
+        for arch, model in models.items()}
+    return relative, cost_per_block(config)
 
 
 def cached_throughput(path, key):
@@ -403,7 +431,8 @@ def cost_per_block(config):
     """The search's cost table (par_search.candidate_costs) for the results."""
     from training.plugins.par_search.plugin import candidate_costs
 
-    costs, fixed = candidate_costs(config.model, config.seq_len, config.model.mem_len)
+    costs, fixed = candidate_costs(config.model, config.seq_len, config.model.mem_len,
+                                   config.batch_size)
     return dict(attention=float(costs[0]), dense=float(costs[1]), identity=float(costs[2]),
                 embedding_and_softmax=float(fixed))
 
@@ -485,7 +514,8 @@ def markdown_table(rows, comparison, command):
               "split; 4 records with --quick); attention:total counts attention against attention "
               "+ dense blocks; "
               "FLOPs vs TXL: forward FLOPs per token relative to the Transformer-XL of the "
-              "same depth (model/transformer_xl/flops.py); tokens/s: median training-step "
+              "same depth (model/transformer_xl/flops.py, for the training batch); tokens/s: "
+              "median training-step "
               "throughput, the "
               "networks interleaved in one process; vs TXL: median per-round ratio to the "
               f"Transformer-XL's tokens/s. Command: `{command}`"]

@@ -21,9 +21,15 @@ seed of --seeds, with the same recipe and budget, then measured:
      <runs_dir>/throughput.json.
   3. report, in --results_dir (default docs/results/par_frontier/):
        summary.json   {"runs": [{"name", "kind", "architecture", "num_blocks", "d_model",
-                      "d_ffn", "seed", "valid_ppl", "test_ppl", "tokens_per_s"}]}, one row
-                      per run: valid and test perplexity of the run's best checkpoint
-                      (metrics.json "best"), tokens/s its point's interleaved median;
+                      "d_ffn", "seed", "valid_ppl", "test_ppl", "tokens_per_s",
+                      "relative_flops"}], "block_times": {...}}, one row per run: valid
+                      and test perplexity of the run's best checkpoint (metrics.json
+                      "best"), tokens/s its point's interleaved median, relative_flops its
+                      forward FLOPs per token over afafaf's (model/transformer_xl/flops.py,
+                      the one FLOPs model, at the runs' batch, segment and memory);
+                      block_times: the least-squares attention, dense and fixed time per
+                      token of the measured points of afafaf's width, relative to
+                      afafaf's, next to the FLOPs model's (experiments/block_times.py);
        <run>/         config.json, metrics.json, training_log.log, console.log (train.log)
                       and STATUS.md of each run (tools/collect_run.py);
        throughput.json  a copy of the measurement;
@@ -31,7 +37,8 @@ seed of --seeds, with the same recipe and budget, then measured:
                       seeds, error bars one standard deviation), Transformer-XL's and
                       PAR's Pareto fronts as step lines;
      and a per-point Markdown table on stdout (mean +- sample std over seeds of test
-     perplexity, tokens/s, ratios to afafaf, on its kind's front).
+     perplexity, tokens/s, ratios to afafaf of tokens/s, FLOPs and perplexity, on its
+     kind's front), then the block times.
 
 Points (`points`): Transformer-XLs `afafaf` (3 layers, the wt2_base preset's 6 blocks),
 `afaf` (2 layers), `af` (1 layer), `afafaf_ffn256` (--d_ffn=256) and `afafaf_d96`
@@ -67,7 +74,7 @@ import tempfile
 import time
 
 from bench import common  # no TensorFlow
-from experiments import cost_sweep
+from experiments import block_times, cost_sweep
 from experiments.compare_families import built_meta
 import pardata.quiet  # noqa: F401  (TensorFlow start-up noise; before TF is imported)
 
@@ -371,15 +378,17 @@ def point_stats(rows, throughput, reference=REFERENCE):
 
     Returns:
         List in the rows' point order of dicts: name, kind, architecture, num_blocks,
-        d_model, d_ffn, seeds, test (mean, std), valid (mean, std), tokens_per_s,
-        tokens_vs_reference (median per-round ratio), test_vs_reference (ratio of the
-        means; None without the reference's runs), front (on its kind's Pareto front).
+        d_model, d_ffn, relative_flops (the rows'; None when they have none), seeds,
+        test (mean, std), valid (mean, std), tokens_per_s, tokens_vs_reference (median
+        per-round ratio), test_vs_reference (ratio of the means; None without the
+        reference's runs), front (on its kind's Pareto front).
     """
     stats = {}
     for row in rows:
         entry = stats.setdefault(row["name"], dict(
             {k: row[k] for k in ("name", "kind", "architecture", "num_blocks", "d_model",
-                                 "d_ffn")}, seeds=[], test_runs=[], valid_runs=[]))
+                                 "d_ffn")}, relative_flops=row.get("relative_flops"),
+            seeds=[], test_runs=[], valid_runs=[]))
         entry["seeds"].append(row["seed"])
         entry["test_runs"].append(row["test_ppl"])
         entry["valid_runs"].append(row["valid_ppl"])
@@ -400,23 +409,28 @@ def point_stats(rows, throughput, reference=REFERENCE):
 
 
 def markdown_table(stats, command):
+    def num(value, fmt):
+        return "" if value is None else format(value, fmt)
+
     cells = []
     for e in stats:
         cells.append([
             e["name"], e["kind"], f"`{e['architecture']}`", e["num_blocks"], e["d_model"],
             e["d_ffn"], len(e["seeds"]), f"{e['test'][0]:.2f} ± {e['test'][1]:.2f}",
             f"{e['valid'][0]:.2f} ± {e['valid'][1]:.2f}", f"{e['tokens_per_s']:,.0f}",
-            f"{e['tokens_vs_reference']:.2f}",
-            "" if e["test_vs_reference"] is None else f"{e['test_vs_reference']:.3f}",
-            "yes" if e["front"] else ""])
+            f"{e['tokens_vs_reference']:.2f}", num(e.get("relative_flops"), ".3f"),
+            num(e["test_vs_reference"], ".3f"), "yes" if e["front"] else ""])
     return "\n".join([common.markdown_table(
         ["point", "kind", "architecture", "blocks", "d_model", "d_ffn", "seeds", "test ppl",
-         "valid ppl", "tokens/s", f"tokens/s vs {REFERENCE}", f"test ppl vs {REFERENCE}",
-         "front"], cells, "lllrrrrrrrrrl"), "",
+         "valid ppl", "tokens/s", f"tokens/s vs {REFERENCE}", f"FLOPs vs {REFERENCE}",
+         f"test ppl vs {REFERENCE}", "front"], cells, "lllrrrrrrrrrrl"), "",
         "Perplexities of each run's best checkpoint (lowest valid), mean ± sample std over "
         "seeds; tokens/s: median training-step throughput, every point interleaved in one "
-        f"process; tokens/s vs {REFERENCE}: median of the per-round ratios; front: on its "
-        f"kind's Pareto front (mean test ppl, tokens/s). Command: `{command}`"])
+        f"process; tokens/s vs {REFERENCE}: median of the per-round ratios; FLOPs vs "
+        f"{REFERENCE}: forward FLOPs per token over {REFERENCE}'s (model/transformer_xl/"
+        "flops.py at the runs' batch, segment and memory; if time followed FLOPs, tokens/s "
+        "vs the reference would be its inverse); front: on its kind's Pareto front (mean "
+        f"test ppl, tokens/s). Command: `{command}`"])
 
 
 def plot_frontier(stats, path, title, dpi=120):
@@ -500,9 +514,10 @@ def measure_throughput(models, config, args):
     return result
 
 
-def summary_rows(plan, runs_dir, throughput):
+def summary_rows(plan, runs_dir, throughput, flops):
     """summary.json's rows, one per run: its config.json's sizes and seed, its
-    metrics.json's best checkpoint, its point's tokens/s."""
+    metrics.json's best checkpoint, its point's tokens/s and relative FLOPs (`flops`:
+    point name -> forward FLOPs per token over the reference's, block_times.relative_flops)."""
     from runstore import run_dir as names
 
     rows = []
@@ -515,24 +530,37 @@ def summary_rows(plan, runs_dir, throughput):
             num_blocks=model["num_blocks"], d_model=model["d_model"], d_ffn=model["d_ffn"],
             seed=model["seed"], valid_ppl=best["valid"]["perplexity"],
             test_ppl=best["test"]["perplexity"],
-            tokens_per_s=throughput["networks"][point.name]["tokens_per_sec"]))
+            tokens_per_s=throughput["networks"][point.name]["tokens_per_sec"],
+            relative_flops=flops[point.name]))
     return rows
 
 
-def write_report(plan, rows, throughput, args, command, title):
+def measured_block_costs(table, throughput, flops):
+    """block_times.block_costs over the measured points of the reference's width (those
+    that set neither d_model nor d_ffn)."""
+    networks = {name: (table[name].architecture, net["tokens_per_sec"], flops[name])
+                for name, net in throughput["networks"].items()
+                if table[name].d_model is None and table[name].d_ffn is None}
+    return block_times.block_costs(networks, REFERENCE)
+
+
+def write_report(plan, rows, throughput, flops, args, command, title):
     """Run artefacts, summary.json, throughput.json and frontier.png into --results_dir;
-    the table on stdout."""
+    the table and the block times on stdout. `flops`: point name -> relative FLOPs
+    (block_times.relative_flops) of every measured point."""
     from tools import collect_run
 
     results = pathlib.Path(args.results_dir)
     for point, seed in plan:
         run_dir = pathlib.Path(args.runs_dir) / run_name(point, seed)
         collect_run.collect(run_dir, results, console_log=run_dir / cost_sweep.LOG_FILE)
-    common.write_json(results / SUMMARY_FILE, {"runs": rows})
+    costs = measured_block_costs(args.table, throughput, flops)
+    common.write_json(results / SUMMARY_FILE, {"runs": rows, "block_times": costs})
     shutil.copy2(pathlib.Path(args.runs_dir) / THROUGHPUT_FILE, results / THROUGHPUT_FILE)
     stats = point_stats(rows, throughput)
     plot_frontier(stats, results / FIGURE_FILE, title)
-    print(f"\n{markdown_table(stats, command)}\n\nresults written to {results}", flush=True)
+    print(f"\n{markdown_table(stats, command)}\n\n{block_times.describe(costs, REFERENCE)}"
+          f"\n\nresults written to {results}", flush=True)
     return stats
 
 
@@ -682,11 +710,13 @@ def _run(args, plan, flags, configs, records, command, meta, reference_run):
         return 1
     measured = [p for p in args.table.values() if p in args.points or p.name == REFERENCE]
     models = {p.name: configs[run_name(p, args.seeds[0])].model for p in measured}
-    throughput = measure_throughput(models, configs[reference_run], args)
-    rows = summary_rows(plan, args.runs_dir, throughput)
+    reference = configs[reference_run]  # batch, segment and precision are every run's
+    throughput = measure_throughput(models, reference, args)
+    flops = block_times.relative_flops(models, reference.seq_len, reference.batch_size, REFERENCE)
+    rows = summary_rows(plan, args.runs_dir, throughput, flops)
     budget = (f"{args.max_steps} steps" if args.max_steps else f"{args.epochs} epochs")
     data = meta.get("dataset") or pathlib.Path(args.data_dir).name
-    write_report(plan, rows, throughput, args, command,
+    write_report(plan, rows, throughput, flops, args, command,
                  f"{data}, {budget}, {args.recipe or 'seed'} recipe, seeds "
                  f"{','.join(map(str, args.seeds))}")
     print(f"{time.time() - started:.0f} s this invocation", flush=True)

@@ -26,16 +26,31 @@ def _kept_memory(config, mem_len, span):
     return min(mem_len, needed)
 
 
-def attention_flops_per_token(config, seq_len, mem_len, batch_size=None, span=None):
+def check_batch_size(batch_size):
+    """The batch size B every FLOPs count takes; ValueError naming it when missing.
+
+    There is one FLOPs model: the position projection W_R r is computed once per call
+    and shared by the B rows of the batch, so its cost per token is divided by B * T.
+    A count without B would be a second convention (per sequence), so B is required:
+    pass the training batch (`TrainConfig.batch_size`), 1 for one sequence.
+    """
+    if batch_size is None or int(batch_size) != batch_size or batch_size < 1:
+        raise ValueError(f"batch_size must be the batch B >= 1 the FLOPs are counted for (the "
+                         f"training batch, e.g. --batch_size; 1 for one sequence), got "
+                         f"{batch_size}")
+    return int(batch_size)
+
+
+def attention_flops_per_token(config, seq_len, mem_len, batch_size, span=None):
     """FLOPs per token of one attention block, by component.
 
     Args:
         config: ModelConfig.
         seq_len: int, segment length T.
         mem_len: int, memory length M.
-        batch_size: int or None; the position projection W_R r over K
-            positions is computed once per call and shared by the batch, so it
-            is divided by B * T (by T when None, i.e. per sequence).
+        batch_size: int B >= 1 (required, `check_batch_size`); the position
+            projection W_R r over K positions is computed once per call and
+            shared by the batch, so it is divided by B * T.
         span: float or None, the layer's largest span in tokens (adaptive
             span only; trims the memory).
 
@@ -44,10 +59,11 @@ def attention_flops_per_token(config, seq_len, mem_len, batch_size=None, span=No
         "position_projection" (W_R r), "scores" (content, position and the
         weighted sum of values) and "total".
     """
+    batch_size = check_batch_size(batch_size)
     d, nh = config.d_model, config.num_heads * config.head_size
     keys = _kept_memory(config, mem_len, span) + seq_len
     projections = 2 * d * nh * (2 + 2 * keys / seq_len)  # q and o per token; k, v per key
-    position_projection = 2 * keys * d * nh / (seq_len * (batch_size or 1))
+    position_projection = 2 * keys * d * nh / (seq_len * batch_size)
     scores = 3 * 2 * nh * keys  # (q+u).k, (q+v).r, weights.v
     return {
         "projections": projections,

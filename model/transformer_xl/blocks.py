@@ -16,8 +16,9 @@ says everything the rest of the project needs about it:
     carries_memory   the layer reads a memory [B, M, D] and the block keeps
                      one: called as `layer(x, mem, training=, rel_bias=)`;
                      otherwise `layer(x, training=)`
-    flops_per_token  (config, seq_len, mem_len, batch_size=None, span=None)
-                     -> forward FLOPs per token of one such block
+    flops_per_token  (config, seq_len, mem_len, batch_size, span=None)
+                     -> forward FLOPs per token of one such block, for the
+                     batch B the model runs (block_costs.py: the one FLOPs model)
     param_count      (config) -> parameters of one such block
     color            its colour in the plots
 
@@ -143,16 +144,18 @@ def _no_layer(config, name, dtype, supernet=False):
     return None
 
 
-def _attention_flops(config, seq_len, mem_len, batch_size=None, span=None):
+def _attention_flops(config, seq_len, mem_len, batch_size, span=None):
     costs = block_costs.attention_flops_per_token(config, seq_len, mem_len, batch_size, span)
     return costs["total"]
 
 
-def _dense_flops(config, seq_len, mem_len, batch_size=None, span=None):
+def _dense_flops(config, seq_len, mem_len, batch_size, span=None):
+    block_costs.check_batch_size(batch_size)
     return block_costs.dense_flops_per_token(config)
 
 
-def _zero_flops(config, seq_len, mem_len, batch_size=None, span=None):
+def _zero_flops(config, seq_len, mem_len, batch_size, span=None):
+    block_costs.check_batch_size(batch_size)
     return 0.0
 
 

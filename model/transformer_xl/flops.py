@@ -14,6 +14,11 @@ Conventions: a multiply-add is 2 FLOPs; only matrix products are counted
 (softmax, layer norm, bias and residual adds, dropout and the embedding
 lookup are a few FLOPs per element and are left out). Attention is counted as
 the layers compute it: the full [T, K] score matrix, masked entries included.
+One FLOPs model for the whole project: every count is for the batch B the model
+runs (the training batch), because the position projection W_R r is computed
+once per call and shared by the batch (divided by B * T); `batch_size` is
+therefore required (block_costs.check_batch_size). The search's cost table, the
+derivation report, the experiments and the benchmarks all count this way.
 The counts of one block of each type are model/transformer_xl/block_costs.py's,
 read here through the block registry; a supernet counts its config's
 `candidates`.
@@ -21,6 +26,7 @@ read here through the block registry; a supernet counts its config's
 
 from model.config_base import tail_dims
 from model.transformer_xl import blocks
+from model.transformer_xl.block_costs import check_batch_size
 from model.transformer_xl.config import SUPERNET, TRANSFORMER_XL, transformer_xl_architecture
 
 
@@ -105,7 +111,8 @@ def forward_flops_per_token(
             candidate of `config.candidates` (identity is free).
         seq_len: int, segment length T (required: it is not a model field).
         mem_len: int, memory length M; None uses config.mem_len.
-        batch_size: int or None, see `attention_flops_per_token`.
+        batch_size: int B >= 1, required: the batch the model runs (the
+            training batch); see `block_costs.attention_flops_per_token`.
         cluster_mass: probability mass per tail cluster (optionally head
             first), e.g. from optimal_cuts; see `head_flops_per_token`.
         spans: for adaptive span, the largest span in tokens of each
@@ -127,6 +134,7 @@ def forward_flops_per_token(
     mem_len = config.mem_len if mem_len is None else mem_len
     if mem_len < 0:
         raise ValueError(f"mem_len must be >= 0, got {mem_len}")
+    batch_size = check_batch_size(batch_size)
     specs = config.block_specs(arch)
     letters = [config.candidates] * config.num_blocks if arch == SUPERNET else list(arch)
     counts = {spec.name: sum(spec.letter in b for b in letters) for spec in specs}
@@ -158,7 +166,8 @@ def relative_to_transformer_xl(config, architecture, seq_len, mem_len=None, **kw
     Args:
         config: ModelConfig (num_blocks must be even).
         architecture: the a/f/i string to compare (e.g. the derived one).
-        seq_len, mem_len, **kwargs: as in `forward_flops_per_token`.
+        seq_len, mem_len, **kwargs: as in `forward_flops_per_token` (`batch_size`
+            required).
 
     Returns:
         dict: "blocks" = block FLOPs ratio, "total" = whole-model ratio

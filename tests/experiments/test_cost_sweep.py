@@ -162,8 +162,14 @@ def test_quick_pipeline_runs_then_only_reads(word_data, tmp_path, capsys):
     assert networks["afaf"]["vs_reference"] == 1.0
     assert row["tokens_per_sec"] == networks[arch]["tokens_per_sec"] > 0
     assert row["pareto"] is True and result["soft_vs_hard"] is None
-    assert set(result["throughput"]["cost_per_block"]) == {
-        "attention", "dense", "identity", "embedding_and_softmax"}
+    cost = result["throughput"]["cost_per_block"]
+    assert set(cost) == {"attention", "dense", "identity", "embedding_and_softmax"}
+    # One FLOPs model: the search's cost table, its derivation report and the measured
+    # network's FLOPs give the derived architecture the same relative FLOPs.
+    names = dict(a="attention", f="dense", i="identity")
+    table = cost["embedding_and_softmax"] + sum(cost[names[letter]] for letter in arch)
+    assert networks[arch]["relative_flops"] == pytest.approx(row["relative_flops"], rel=1e-12)
+    assert table == pytest.approx(row["relative_flops"], rel=1e-12)
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     capsys.readouterr()
 

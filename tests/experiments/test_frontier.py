@@ -14,7 +14,7 @@ from experiments import frontier as fr
 # The tiny preset on the tests' word build; evaluations on a record or two.
 TINY = "--preset=tiny --cutoffs=none --eval_max_records=2 --sample_tokens=0"
 SUMMARY_KEYS = ["name", "kind", "architecture", "num_blocks", "d_model", "d_ffn", "seed",
-                "valid_ppl", "test_ppl", "tokens_per_s"]
+                "valid_ppl", "test_ppl", "tokens_per_s", "relative_flops"]
 
 
 def test_paper_rule_by_hand_counts():
@@ -101,9 +101,13 @@ def test_every_run_is_its_point_with_the_same_recipe_and_budget(word_data, tmp_p
     assert configs["af_seed0"].max_steps == 50
 
 
+FLOPS = {"afafaf": 1.0, "af": 0.5, "aaafaf": 0.97, "aaiiia": 0.6}
+
+
 def _row(name, kind, seed, test, arch=None):
     return dict(name=name, kind=kind, architecture=arch or name, num_blocks=6, d_model=128,
-                d_ffn=512, seed=seed, valid_ppl=test - 10, test_ppl=test, tokens_per_s=0)
+                d_ffn=512, seed=seed, valid_ppl=test - 10, test_ppl=test, tokens_per_s=0,
+                relative_flops=FLOPS[name])
 
 
 def test_point_stats_and_table_by_hand():
@@ -122,6 +126,7 @@ def test_point_stats_and_table_by_hand():
     assert stats["aaafaf"]["test"] == (102.0, pytest.approx(18 ** 0.5))
     assert stats["aaafaf"]["test_vs_reference"] == pytest.approx(102.0 / 101.0)
     assert stats["af"]["tokens_vs_reference"] == 2.1 and stats["af"]["tokens_per_s"] == 2000.0
+    assert stats["af"]["relative_flops"] == 0.5 and stats["afafaf"]["relative_flops"] == 1.0
     # Fronts per kind: af and afafaf trade; aaafaf (102 at 1,050) and aaiiia (132 at 1,500)
     # too. A PAR point is not judged against the Transformer-XLs.
     assert all(e["front"] for e in stats.values())
@@ -129,14 +134,17 @@ def test_point_stats_and_table_by_hand():
     stats = {e["name"]: e for e in fr.point_stats(rows, throughput)}
     assert not stats["aaafaf"]["front"] and stats["aaiiia"]["front"]
     table = fr.markdown_table(list(stats.values()), "cmd")
+    assert ("| point | kind | architecture | blocks | d_model | d_ffn | seeds | test ppl | "
+            "valid ppl | tokens/s | tokens/s vs afafaf | FLOPs vs afafaf | test ppl vs afafaf | "
+            "front |") in table
     assert ("| afafaf | transformer_xl | `afafaf` | 6 | 128 | 512 | 2 | 101.00 ± 1.41 | "
-            "91.00 ± 1.41 | 1,000 | 1.00 | 1.000 | yes |") in table
+            "91.00 ± 1.41 | 1,000 | 1.00 | 1.000 | 1.000 | yes |") in table
     assert "| aaafaf | par | `aaafaf` | 6 | 128 | 512 | 2 | 140.00 ± 0.00 |" in table
-    assert "| 1,050 | 1.05 | 1.386 |  |" in table  # 140 / 101; off the front
+    assert "| 1,050 | 1.05 | 0.970 | 1.386 |  |" in table  # 140 / 101; off the front
     # Without the reference's runs there is no perplexity ratio (tokens/s still has one).
     stats = fr.point_stats(rows[2:], throughput)
     assert {e["test_vs_reference"] for e in stats} == {None}
-    assert "| 2,000 | 2.10 |  | yes |" in fr.markdown_table(stats, "cmd")
+    assert "| 2,000 | 2.10 | 0.500 |  | yes |" in fr.markdown_table(stats, "cmd")
 
 
 def _split(ppl):
@@ -157,11 +165,14 @@ def test_summary_rows_take_the_best_checkpoint(tmp_path):
             best=dict(step=6, valid=_split(best), test=_split(best + 1)))))
     throughput = dict(networks=dict(afafaf_d96=dict(tokens_per_sec=1234.5),
                                     sandwich=dict(tokens_per_sec=999.0)))
-    assert fr.summary_rows(plan, tmp_path, throughput) == [
+    flops = dict(afafaf=1.0, afafaf_d96=0.7, sandwich=0.95)
+    assert fr.summary_rows(plan, tmp_path, throughput, flops) == [
         dict(name="afafaf_d96", kind="transformer_xl", architecture="afafaf", num_blocks=6,
-             d_model=96, d_ffn=512, seed=0, valid_ppl=50.0, test_ppl=51.0, tokens_per_s=1234.5),
+             d_model=96, d_ffn=512, seed=0, valid_ppl=50.0, test_ppl=51.0, tokens_per_s=1234.5,
+             relative_flops=0.7),
         dict(name="sandwich", kind="par", architecture="aaafff", num_blocks=6, d_model=128,
-             d_ffn=512, seed=2, valid_ppl=60.0, test_ppl=61.0, tokens_per_s=999.0)]
+             d_ffn=512, seed=2, valid_ppl=60.0, test_ppl=61.0, tokens_per_s=999.0,
+             relative_flops=0.95)]
 
 
 def test_a_run_planned_with_other_flags_is_refused(tmp_path):
@@ -209,6 +220,47 @@ def test_missing_data_is_one_line(tmp_path, capsys):
     assert not (tmp_path / "runs").exists()
 
 
+def _model(config, architecture):
+    from model.transformer_xl.config import ModelConfig
+
+    model = ModelConfig.from_dict(config["model"])
+    return model.replace(architecture=architecture, num_blocks=len(architecture))
+
+
+def _flops(config, architecture):
+    """A run's forward FLOPs per token (config.json: its batch, segment and memory)."""
+    from model.transformer_xl import flops
+
+    model = _model(config, architecture)
+    return flops.forward_flops_per_token(model, None, config["seq_len"], model.mem_len,
+                                         batch_size=config["batch_size"])["total"]
+
+
+def _cost_table(config):
+    """The search's cost table for afafaf at a run's batch, segment and memory."""
+    from training.plugins.par_search.costs import candidate_costs
+
+    model = _model(config, "afafaf")
+    return candidate_costs(model, config["seq_len"], model.mem_len, config["batch_size"])
+
+
+def _check_flops(summary, runs, names, printed):
+    """Each row's FLOPs over afafaf's at its run's batch, segment and memory; the block times
+    over the three networks of the preset's width (afafaf, af, iaiiii), whose fit of the FLOPs
+    gives back the search's cost table."""
+    for name, row in zip(names, summary["runs"]):
+        config = json.loads((runs / name / "config.json").read_text())
+        assert row["relative_flops"] == pytest.approx(_flops(config, row["architecture"])
+                                                      / _flops(config, "afafaf"), rel=1e-12)
+    block = summary["block_times"]
+    assert block["points"] == ["af", "afafaf", "iaiiii"] and block["error"] is None
+    costs, fixed = _cost_table(json.loads((runs / names[0] / "config.json").read_text()))
+    assert [block["flops"][k] for k in ("attention", "dense", "fixed")] == pytest.approx(
+        [costs[0], costs[1], fixed], rel=1e-9)
+    assert all(isinstance(block["measured"][k], float) for k in ("attention", "dense", "fixed"))
+    assert "Time per token against blocks, least squares over the 3 points" in printed
+
+
 @pytest.mark.slow
 def test_tiny_frontier_runs_then_only_reads(word_data, tmp_path, capsys, monkeypatch):
     from bench import bench_train
@@ -234,7 +286,7 @@ def test_tiny_frontier_runs_then_only_reads(word_data, tmp_path, capsys, monkeyp
     # per seed.
     names = [f"{p}_seed{s}" for s in (0, 1) for p in ("af", "iaiiii")]
     summary = json.loads((results / "summary.json").read_text())
-    assert list(summary) == ["runs"] and len(summary["runs"]) == 4
+    assert list(summary) == ["runs", "block_times"] and len(summary["runs"]) == 4
     throughput = json.loads((runs / "throughput.json").read_text())
     for name, row in zip(names, summary["runs"]):
         assert list(row) == SUMMARY_KEYS
@@ -266,6 +318,7 @@ def test_tiny_frontier_runs_then_only_reads(word_data, tmp_path, capsys, monkeyp
     assert json.loads((results / "throughput.json").read_text()) == throughput
     assert (results / "frontier.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| af | transformer_xl | `af` | 2 | 32 | 64 | 2 |" in printed
+    _check_flops(summary, runs, names, printed)
     assert "round 2/2 done" in printed
 
     # Again: nothing is trained or measured; the report is written again from the same files.

@@ -39,41 +39,42 @@ def test_argmax_string_and_ties():
 
 
 def test_report_numbers():
-    r = derivation_report(CONFIG, PROBS, seq_len=4, mem_len=4)
+    r = derivation_report(CONFIG, PROBS, seq_len=4, mem_len=4, batch_size=2)
     assert r["architecture"] == "aafiff"
     assert r["counts"] == {"attention": 2, "dense": 3, "identity": 1}
-    ours = flops.forward_flops_per_token(CONFIG, "aafiff", 4, 4)["total"]
-    base = flops.forward_flops_per_token(CONFIG, "afafaf", 4, 4)["total"]
+    assert (r["seq_len"], r["mem_len"], r["batch_size"]) == (4, 4, 2)
+    ours = flops.forward_flops_per_token(CONFIG, "aafiff", 4, 4, batch_size=2)["total"]
+    base = flops.forward_flops_per_token(CONFIG, "afafaf", 4, 4, batch_size=2)["total"]
     assert r["flops_per_token"] == ours
     assert r["transformer_xl_flops_per_token"] == base
     assert r["relative_flops"] == pytest.approx(ours / base)
     assert r["relative_flops"] == pytest.approx(
-        flops.relative_to_transformer_xl(CONFIG, "aafiff", 4, 4)["total"]
+        flops.relative_to_transformer_xl(CONFIG, "aafiff", 4, 4, batch_size=2)["total"]
     )
     assert r["speedup"] == pytest.approx(base / ours)
     assert r["attention_fraction"] == pytest.approx(2 / 6)
     assert r["attention_flops_fraction"] == pytest.approx(r["flops"]["attention"] / ours)
     assert r["params"] == flops.param_count(CONFIG, "aafiff")
     assert r["params"] < r["transformer_xl_params"]
-    # By hand (D=16, N*H=16, F=32, V=100, T=M=4, K=8): attention block
-    # 2*16*16*(2 + 2*8/4) + 2*8*16*16/4 + 3*2*16*8 = 3072 + 1024 + 768 = 4864,
-    # dense 4*16*32 = 2048, full softmax 2*16*100 = 3200.
-    assert ours == 2 * 4864 + 3 * 2048 + 3200  # 19072
-    assert base == 3 * 4864 + 3 * 2048 + 3200  # 23936
+    # By hand (D=16, N*H=16, F=32, V=100, T=M=4, K=8, B=2): attention block
+    # 2*16*16*(2 + 2*8/4) + 2*8*16*16/(4*2) + 3*2*16*8 = 3072 + 512 + 768 = 4352 (W_R r is
+    # computed once for the batch), dense 4*16*32 = 2048, full softmax 2*16*100 = 3200.
+    assert ours == 2 * 4352 + 3 * 2048 + 3200  # 18048
+    assert base == 3 * 4352 + 3 * 2048 + 3200  # 22400
     json.dumps(r)  # serialisable
 
 
 def test_report_odd_blocks_and_mismatch():
     odd = CONFIG.replace(num_blocks=5)
-    r = derivation_report(odd, PROBS[:5], seq_len=4, mem_len=4)
+    r = derivation_report(odd, PROBS[:5], seq_len=4, mem_len=4, batch_size=2)
     assert r["architecture"] == "aafif"
     assert r["speedup"] is None and r["transformer_xl_flops_per_token"] is None
     with pytest.raises(ValueError, match="num_blocks=6"):
-        derivation_report(CONFIG, PROBS[:4], seq_len=4, mem_len=4)
+        derivation_report(CONFIG, PROBS[:4], seq_len=4, mem_len=4, batch_size=2)
 
 
 def test_write_then_read_three_ways(tmp_path):
-    report = derivation_report(CONFIG, PROBS, seq_len=4, mem_len=4)
+    report = derivation_report(CONFIG, PROBS, seq_len=4, mem_len=4, batch_size=2)
     json_path, txt_path = write_derivation(tmp_path / "run", report)
     assert (tmp_path / "run" / "architecture.txt").read_text() == "aafiff\n"
     assert (
@@ -126,11 +127,11 @@ def test_untrained_reason():
 
 
 def test_untrained_report_is_flagged_on_disk(tmp_path):
-    trained = derivation_report(CONFIG, PROBS, seq_len=4, mem_len=4)
+    trained = derivation_report(CONFIG, PROBS, seq_len=4, mem_len=4, batch_size=2)
     assert trained["untrained"] is False and "untrained_reason" not in trained
     reason = untrained_reason(np.full((6, 3), 1 / 3), updates=0)
     report = derivation_report(CONFIG, np.full((6, 3), 1 / 3), seq_len=4, mem_len=4,
-                               untrained=reason)
+                               batch_size=2, untrained=reason)
     assert report["untrained"] is True and report["untrained_reason"] == reason
     json_path, txt_path = write_derivation(tmp_path / "run", report)
     lines = open(txt_path, encoding="utf-8").read().splitlines()

@@ -49,7 +49,7 @@ def _make_glu(config, name, dtype, supernet=False):
     return GatedFeedForward(config.d_model, config.d_ffn, dtype=dtype, name=name)
 
 
-def _glu_flops(config, seq_len, mem_len, batch_size=None, span=None):
+def _glu_flops(config, seq_len, mem_len, batch_size, span=None):
     return 6.0 * config.d_model * config.d_ffn  # three D x F products, 2 FLOPs a multiply-add
 
 
@@ -93,8 +93,8 @@ def test_a_fixed_architecture_uses_the_new_letter(glu_registered):
     assert model.num_mems == 1
     assert flops.param_count(config) == sum(int(np.prod(v.shape))
                                             for v in model.trainable_variables)
-    counted = flops.forward_flops_per_token(config, seq_len=8)
-    assert counted["glu"] == 2 * _glu_flops(config, 8, 8)
+    counted = flops.forward_flops_per_token(config, seq_len=8, batch_size=2)
+    assert counted["glu"] == 2 * _glu_flops(config, 8, 8, 2)
     assert (counted["num_glu"], counted["num_dense"], counted["num_attention"]) == (2, 1, 1)
     assert counted["blocks"] == pytest.approx(
         counted["glu"] + counted["dense"] + counted["attention"])
@@ -139,9 +139,10 @@ def test_a_supernet_searches_derives_and_plots_four_candidates(glu_registered, w
     # The derivation reads the fourth column as "g" and counts its FLOPs.
     probs = np.full((4, 4), 0.1)
     probs[[0, 1, 2, 3], [3, 0, 3, 1]] = 0.7
-    report = derive.derivation_report(config.model, probs, seq_len=16, mem_len=8)
+    report = derive.derivation_report(config.model, probs, seq_len=16, mem_len=8,
+                                     batch_size=2)
     assert report["architecture"] == "gagf"
     assert report["counts"]["glu"] == 2
-    assert report["flops"]["glu"] == 2 * _glu_flops(config.model, 16, 8)
+    assert report["flops"]["glu"] == 2 * _glu_flops(config.model, 16, 8, 2)
     assert report["params"] == flops.param_count(config.model, "gagf")
     assert derive.read_architecture("gagf", num_blocks=4) == "gagf"

@@ -107,8 +107,8 @@ def test_a_registered_type_joins_new_configs_and_their_supernet(extra_registered
     assert [s.letter for s in model.blocks[0].candidates] == list("afie")
     assert hasattr(model.blocks[0], "extra_dense_layer")
     assert flops.param_count(config) == _count(model.trainable_variables)
-    counted = flops.forward_flops_per_token(config, seq_len=8)
-    dense = blocks.DENSE.flops_per_token(config, 8, config.mem_len)
+    counted = flops.forward_flops_per_token(config, seq_len=8, batch_size=2)
+    dense = blocks.DENSE.flops_per_token(config, 8, config.mem_len, 2)
     assert counted["extra_dense"] == counted["dense"] == config.num_blocks * dense
     assert counted["num_extra_dense"] == config.num_blocks
     hidden, _ = model(tf.zeros([2, 5], tf.int32), model.initial_state(2), training=True)
@@ -189,26 +189,29 @@ def test_a_two_candidate_supernet_counts_and_derives_only_its_candidates():
     assert [tuple(v.shape) for v in model.arch_variables] == [(2,)] * 4
     assert [s.name for s in model.blocks[0].candidates] == ["attention", "dense"]
     assert flops.param_count(config) == _count(model.trainable_variables)
-    counted = flops.forward_flops_per_token(config, seq_len=4)
+    counted = flops.forward_flops_per_token(config, seq_len=4, batch_size=2)
     assert "identity" not in counted
     assert counted["blocks"] == 4 * (
-        blocks.ATTENTION.flops_per_token(config, 4, 4) + blocks.DENSE.flops_per_token(config, 4, 4))
+        blocks.ATTENTION.flops_per_token(config, 4, 4, 2)
+        + blocks.DENSE.flops_per_token(config, 4, 4, 2))
 
-    costs, fixed = candidate_costs(config, seq_len=4, mem_len=4)
-    all_costs, all_fixed = candidate_costs(config.replace(candidates="afi"), seq_len=4, mem_len=4)
+    costs, fixed = candidate_costs(config, seq_len=4, mem_len=4, batch_size=2)
+    all_costs, all_fixed = candidate_costs(config.replace(candidates="afi"), seq_len=4, mem_len=4,
+                                           batch_size=2)
     np.testing.assert_array_equal(costs, all_costs[:2])
     assert fixed == all_fixed
 
     # Identity would win every block of an "afi" search with these numbers.
     probs = np.array([[0.4, 0.6], [0.9, 0.1], [0.5, 0.5], [0.2, 0.8]])
-    report = derive.derivation_report(config, probs, seq_len=4, mem_len=4)
+    report = derive.derivation_report(config, probs, seq_len=4, mem_len=4, batch_size=2)
     assert report["architecture"] == "faaf"
     assert report["counts"] == {"attention": 2, "dense": 2}
-    assert report["flops"] == flops.forward_flops_per_token(config, "faaf", 4, 4)
+    assert report["flops"] == flops.forward_flops_per_token(config, "faaf", 4, 4, 2)
     assert report["params"] == flops.param_count(config, "faaf")
     np.testing.assert_array_equal(report["probabilities"], probs)
     with pytest.raises(ValueError, match=r"\[num_blocks, 2\]"):
-        derive.derivation_report(config, np.full((4, 3), 1 / 3), seq_len=4, mem_len=4)
+        derive.derivation_report(config, np.full((4, 3), 1 / 3), seq_len=4, mem_len=4,
+                                 batch_size=2)
     model.blocks[0].arch_logits.assign([0.0, 1.0])
     assert model.derived_architecture[0] == "f" and "i" not in model.derived_architecture
     np.testing.assert_allclose(model.arch_probabilities[0].numpy(),

@@ -1,15 +1,17 @@
 """The PAR architecture search as a training plug-in, with everything it owns.
 
     config.py     SearchConfig: its section of the training config (flags
-                  --tau_start, --arch_*, --search_cost_*, --freeze_*,
-                  --then_retrain), the --tau_schedule names and the migration
-                  of older config.json files
+                  --tau_start, --arch_*, --search_cost_*, --search_speed_target,
+                  --freeze_*, --then_retrain), the --tau_schedule names and the
+                  migration of older config.json files
     plugin.py     ParSearch: architecture optimizer, temperature, cost term,
                   progressive freezing, derivation at the end
     schedules.py  the Gumbel-softmax temperature schedule (`tau_at`)
     summaries.py  the architecture summaries (TensorBoard scalars and heat map)
     derive.py     the derived architecture: report, architecture.json/.txt,
                   reading --architecture
+    speed_target.py  the derivation under --search_speed_target: the most
+                  probable architecture within a FLOPs budget
     plots.py      the probability history (arch_history.json) and its plots
 
 `PLUGIN` registers it (training/plugins/__init__.py lists it). Importing this

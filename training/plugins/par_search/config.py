@@ -62,7 +62,13 @@ class SearchConfig(ConfigBase):
         "speed (0: off).")
     search_cost_target: float = _field(
         0.0, "Penalise only the expected cost above this fraction of Transformer-XL's FLOPs "
-        "(0: penalise all of it).")
+        "(0: 1/--search_speed_target when that is given, else penalise all of it).")
+    search_speed_target: float = _field(
+        0.0, "Derive a network at least this many times faster than Transformer-XL: the most "
+        "probable architecture (sum over blocks of log p of its choice) with at most 1/X of the "
+        "forward FLOPs per token of the Transformer-XL of the same depth (architecture.json's "
+        "relative_flops), frozen blocks keeping their choice (docs/search.md#asking-for-a-"
+        "speed-up); >= 1, 0: off (the most probable candidate of each block).")
     freeze_threshold: float = _field(
         0.97, "Progressive freezing (docs/freezing.md): a block whose most probable candidate "
         "has kept at least this probability for --freeze_window steps computes that candidate "
@@ -114,6 +120,9 @@ class SearchConfig(ConfigBase):
         require(self.arch_learning_rate > 0, "arch_learning_rate", "must be > 0")
         for flag in ("arch_weight_decay", "search_cost_coef", "search_cost_target"):
             require(getattr(self, flag) >= 0, flag, "must be >= 0")
+        require(self.search_speed_target == 0 or self.search_speed_target >= 1,
+                "search_speed_target", "must be >= 1 (a network at least as fast as "
+                "Transformer-XL: at most 1/X of its FLOPs), or 0 for no target")
         for flag in ("arch_beta_1", "arch_beta_2"):
             require(0 <= getattr(self, flag) < 1, flag, "must be in [0, 1)")
         require(self.freeze_threshold == 0 or 0.5 < self.freeze_threshold <= 1, "freeze_threshold",
@@ -154,12 +163,37 @@ class SearchConfig(ConfigBase):
                 raise ValueError(
                     f"--init_from={self.init_from} is not a run directory (no config.json): give "
                     "the directory of a finished search")
+        self._check_speed_target(config)
         if self.stop_rule == "stable" and self.stop_window > steps - warmup_steps:
             raise ValueError(
                 f"--stop_window={self.stop_window} is longer than the search after its "
                 f"architecture warm-up ({steps} planned steps - {warmup_steps} warm-up = "
                 f"{steps - warmup_steps}): give a smaller --stop_window or a longer search "
                 "(--epochs/--max_steps)")
+
+    def _check_speed_target(self, config):
+        """--search_speed_target: a search whose candidates can reach it (speed_target.py)."""
+        if not self.search_speed_target:
+            return
+        architecture = getattr(config.model, "architecture", None)
+        if architecture != "supernet":
+            given = (f"--architecture={architecture}" if architecture
+                     else f"--model_family={config.model_family}")
+            raise ValueError(
+                f"--search_speed_target={self.search_speed_target:g} picks the architecture a "
+                f"search derives, but the model does not search ({given}): drop "
+                "--search_speed_target, or pass --architecture=supernet to search first")
+        from training.plugins.par_search.speed_target import SpeedTarget
+
+        SpeedTarget.for_run(config).check_reachable()
+
+    @property
+    def cost_target(self):
+        """The expected cost above which the cost term penalises: --search_cost_target, or,
+        when only --search_speed_target is given, its budget 1/X (0: all of it)."""
+        if self.search_cost_target > 0 or not self.search_speed_target:
+            return self.search_cost_target
+        return 1.0 / self.search_speed_target
 
     @classmethod
     def field_names(cls):

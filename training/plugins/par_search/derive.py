@@ -74,19 +74,22 @@ def architecture_from_probs(arch_probs, candidates=None):
     return "".join(letters[i] for i in np.argmax(probs, axis=1))
 
 
-def derivation_report(model_config, arch_probs, seq_len, mem_len, batch_size=None,
-                      untrained=None, **flops_kwargs):
+def derivation_report(model_config, arch_probs, seq_len, mem_len, batch_size,
+                      untrained=None, architecture=None, **flops_kwargs):
     """Describes the architecture derived from the supernet's probabilities.
 
     Args:
         model_config: the supernet's `ModelConfig`.
         arch_probs: [num_blocks, C] probabilities over `model_config.candidates`
             (e.g. model.arch_probabilities).
-        seq_len: segment length T the FLOPs are counted for.
-        mem_len: memory length M the FLOPs are counted for.
-        batch_size: optional batch size (amortises the position projection).
+        seq_len, mem_len: segment length T and memory length M the FLOPs are counted for.
+        batch_size: the training batch B the FLOPs are counted for (it shares
+            the position projection; the project's one FLOPs model, as the
+            search's cost table, par_search.costs.candidate_costs).
         untrained: None, or why the probabilities are untrained
             (`untrained_reason`).
+        architecture: the a/f/i string to describe (None: the argmax of
+            `arch_probs`; speed_target.py gives the best one within a budget).
         **flops_kwargs: passed to `model.transformer_xl.flops.forward_flops_per_token`
             (`cluster_mass`, `spans`).
 
@@ -116,6 +119,7 @@ def derivation_report(model_config, arch_probs, seq_len, mem_len, batch_size=Non
         ValueError: probabilities of the wrong shape or block count.
     """
     arch = architecture_from_probs(arch_probs, model_config.candidates)
+    arch = arch if architecture is None else _check_string(architecture, "architecture")
     if len(arch) != model_config.num_blocks:
         raise ValueError(
             f"got probabilities for {len(arch)} blocks but the model has "
@@ -141,7 +145,7 @@ def derivation_report(model_config, arch_probs, seq_len, mem_len, batch_size=Non
         "transformer_xl_params": None,
         "seq_len": int(seq_len),
         "mem_len": int(mem_len),
-        "batch_size": None if batch_size is None else int(batch_size),
+        "batch_size": int(batch_size),
         "untrained": bool(untrained),
     }
     if untrained:

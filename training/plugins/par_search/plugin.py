@@ -15,8 +15,13 @@ search adds to plain training (Mandava et al. 2020, arXiv 2009.04534):
   search_cost_target)` added to the loss, where `E[cost] = sum_blocks
   sum_k p_k cost_k` (plus the fixed embedding and output cost) is the expected
   forward FLOPs per token of the network under p = softmax(alpha), relative
-  to a Transformer-XL of the same depth (model/transformer_xl/flops.py), so the knob trades
-  perplexity for speed; the expected cost is logged (`expected_cost`);
+  to a Transformer-XL of the same depth (model/transformer_xl/flops.py, counted for
+  the training batch as the derivation report counts), so the knob trades
+  perplexity for speed; the expected cost is logged (`expected_cost`); with
+  `search_speed_target` X and no `search_cost_target`, the target is 1/X;
+- the speed target `search_speed_target` (speed_target.py): the derivation is the most
+  probable architecture within 1/X of Transformer-XL's FLOPs, and freezing does not
+  freeze a block to a choice no such architecture has;
 - progressive freezing (docs/freezing.md): after the architecture warm-up,
   a block whose most probable candidate has kept a probability of at least
   `freeze_threshold` for `freeze_window` consecutive steps is frozen to it
@@ -63,6 +68,7 @@ from training.plugins.par_search.freezing import FreezeState
 from training.plugins.par_search.report import ParSearchReport
 from training.plugins.par_search.retrain import retrain_config, seed_from_search
 from training.plugins.par_search.schedules import tau_at
+from training.plugins.par_search.speed_target import SpeedTarget
 from training.setup.plan import capped_warmup
 
 
@@ -90,11 +96,14 @@ class ParSearch(ParSearchReport):
         self._costs = None
         if self.searching and config.search.search_cost_coef > 0:
             self._costs, self._fixed_cost = candidate_costs(
-                config.model, config.seq_len, config.model.mem_len)
+                config.model, config.seq_len, config.model.mem_len, config.batch_size)
         # The candidates' names, the columns of the probabilities (the model's config's).
         self.choices = tuple(spec.name for spec in model.model_config.candidate_specs)
         self.history = plots.ArchHistory(choices=self.choices)
         self.freezing = self.searching and config.search.freeze_threshold > 0
+        # --search_speed_target: the derivation's FLOPs budget, which freezing respects.
+        self.speed_target = SpeedTarget.for_run(config) if self.searching else None
+        self._withheld = set()  # blocks whose freeze the speed target holds back (logged once)
         self.freeze_state = FreezeState(model.num_blocks) if self.searching else None
         self.stability = None
         if self.searching and config.search.stop_rule == "stable":
@@ -224,6 +233,8 @@ class ParSearch(ParSearchReport):
             if self._since[block] < 0 or self._choice[block] != best:
                 self._since[block], self._choice[block], changed = step, best, True
             if step - self._since[block] + 1 >= c.search.freeze_window:
+                if not self._freeze_allowed(block, best, probability):
+                    continue
                 self.model.freeze_block(block, best)
                 self._frozen_step[block] = step
                 self._frozen_probability[block] = probability
@@ -241,6 +252,26 @@ class ParSearch(ParSearchReport):
             logging.info("step %d: every block is frozen: the run continues as the derived "
                          "architecture %s", step, self.model.derived_architecture)
         return events
+
+    def _freeze_allowed(self, block, choice, probability):
+        """False when freezing `block` to candidate `choice` would leave no architecture
+        within --search_speed_target (the other searching blocks at their cheapest): the
+        block then keeps searching, so every frozen block can keep its choice in the
+        derivation. Logged once per block."""
+        if self.speed_target is None:
+            return True
+        pattern = [None if f is None else block_.candidates[f].letter
+                   for block_, f in zip(self.model.blocks, self.model.frozen_blocks)]
+        pattern[block] = self.model.blocks[block].candidates[choice].letter
+        if self.speed_target.reachable(pattern):
+            return True
+        if block not in self._withheld:
+            self._withheld.add(block)
+            logging.info("block %d is not frozen to %s (probability %.4f): no architecture "
+                         "with it would be within %s (%.4f of Transformer-XL's FLOPs); it "
+                         "keeps searching", block, pattern[block], probability,
+                         self.speed_target.flag, self.speed_target.budget)
+        return False
 
     def _frozen_pattern(self):
         """'aa?f??': the frozen blocks' letters, '?' for those still searching."""
@@ -292,8 +323,9 @@ class ParSearch(ParSearchReport):
 
         c = self.config
         cost = self._expected_cost()
-        if c.search.search_cost_target > 0:  # only the cost above the target
-            cost = tf.maximum(cost - c.search.search_cost_target, 0.0)
+        target = c.search.cost_target  # --search_cost_target, or 1/--search_speed_target
+        if target > 0:  # only the cost above the target
+            cost = tf.maximum(cost - target, 0.0)
         return [c.search.search_cost_coef * cost]
 
     def before_step(self, step):
@@ -333,7 +365,9 @@ class ParSearch(ParSearchReport):
                             "was decided (--stop_rule=stable%s): training its derived "
                             "architecture %s next", results.get("step", -1),
                             self._undecided_reasons(), self.model.derived_architecture)
-        return retrain_config(config, self.model.derived_architecture)
+        # The derivation on_finish wrote (under --search_speed_target not the argmax).
+        return retrain_config(config, results.get("architecture",
+                                                  self.model.derived_architecture))
 
     def _undecided_reasons(self):
         last = self.stability.last if self.stability is not None else None
@@ -374,22 +408,40 @@ class ParSearch(ParSearchReport):
         self.history.append(step, probs)
         self.history.save(model_dir)
 
+    def _derivation(self):
+        """The derivation report: the argmax per block, or under --search_speed_target the
+        most probable architecture within it (speed_target.py), frozen blocks kept."""
+        c = self.config
+        probs = np.asarray(self.model.arch_probabilities)
+        updates = int(self._optimizer.iterations.numpy())
+        untrained = derive.untrained_reason(probs, updates)
+        if self.speed_target is None:
+            return derive.derivation_report(c.model, probs, c.seq_len, c.model.mem_len,
+                                            batch_size=c.batch_size, untrained=untrained)
+        report = self.speed_target.derivation_report(probs, self.model.frozen_blocks, untrained)
+        target = report["speed_target"]
+        logging.info("%s: the most probable architecture %s has %.4f of Transformer-XL's FLOPs "
+                     "(at most %.4f): %s", self.speed_target.flag, target["argmax"],
+                     target["argmax_relative_flops"], target["max_relative_flops"],
+                     "derived as it is" if target["argmax_meets_target"] else
+                     f"derived {report['architecture']} instead, giving up "
+                     f"{target['log_probability_given_up']:.3f} nats of log-probability")
+        return report
+
     def on_finish(self, results, model_dir, chief):
         results["architecture"] = self.model.derived_architecture
         if not self.searching:
             return
-        c = self.config
-        probs = np.asarray(self.model.arch_probabilities)
-        updates = int(self._optimizer.iterations.numpy())
-        report = derive.derivation_report(
-            c.model, probs, c.seq_len, c.model.mem_len, batch_size=c.batch_size,
-            untrained=derive.untrained_reason(probs, updates))
+        report = self._derivation()
         report["freezes"] = self.freezes()
         report["decided_step"] = (self.stability.decided_step if self.stability is not None
                                   else None)
         results["derivation"] = {k: report[k] for k in (
             "architecture", "counts", "relative_flops", "speedup", "untrained", "freezes",
             "decided_step")}
+        if self.speed_target is not None:
+            results["architecture"] = report["architecture"]
+            results["derivation"]["speed_target"] = report["speed_target"]
         if report["untrained"]:
             logging.warning("the derived architecture %s is NOT a search result: %s",
                             report["architecture"], report["untrained_reason"])

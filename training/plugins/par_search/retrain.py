@@ -72,7 +72,8 @@ def retrain_command(config):
 def retrain_config(config, architecture):
     """The TrainConfig of PAR's second stage: `architecture` from scratch, the same flags
     otherwise (as `./base_model.sh --architecture=<search run> --arch_warmup_steps=0`),
-    in `<model_dir>_retrain` (logs in `<logdir>_retrain` when a logdir is given).
+    in `<model_dir>_retrain` (logs in `<logdir>_retrain` when a logdir is given); the
+    search-only settings are reset (a --search_speed_target has chosen `architecture`).
     With --retrain_epochs the second stage trains that many epochs, whatever the
     search's own length; without it, a run with --recipe trains the recipe's length
     (training/setup/recipes.py), and one without trains the search's own."""
@@ -90,7 +91,7 @@ def retrain_config(config, architecture):
         model=config.model.replace(architecture=architecture), model_dir=model_dir,
         logdir=logdir, search=search.replace(
             arch_warmup_steps=0, then_retrain=False, stop_rule="frozen", retrain_epochs=0,
-            retrain_init="scratch", init_from=init_from), **length)
+            retrain_init="scratch", init_from=init_from, search_speed_target=0.0), **length)
 
 
 def candidate_key(path):

@@ -7,7 +7,8 @@ block-by-choice heat map `arch/probabilities`, written to the train writer by
 `ParSearch.on_log` through the run's `training.report.tensorboard.TrainSummaries`.
 
 Console: the end-of-run summary's lines of a search (`result_lines`: the
-derived architecture, and why it has no attention block) and its first "next"
+derived architecture, how it meets a --search_speed_target, and why it has no attention
+block) and its first "next"
 command (`next_commands`: retrain the derived network), which
 `ParSearchReport.summary_lines` / `next_commands` give to training/report/summary.py.
 Imports no TensorFlow.
@@ -108,12 +109,28 @@ def result_lines(config, results):
     note = " (untrained: NOT a search result)" if derivation.get("untrained") else ""
     lines = [f"derived architecture: {derivation['architecture']}{note} "
              f"({os.path.join(config.model_dir, 'architecture.json')})"]
+    if derivation.get("speed_target"):
+        lines.append(speed_target_line(derivation))
     decided = derivation.get("decided_step")
     if decided is not None:
         lines.append(f"the search was decided at step {decided} (--stop_rule="
                      f"{config.search.stop_rule}) and ends there by design")
     why = no_attention_note(derivation, results["step"])
     return lines + ([why] if why else [])
+
+
+def speed_target_line(derivation):
+    """The summary's line of a derivation under --search_speed_target (speed_target.py)."""
+    target = derivation["speed_target"]
+    line = (f"--search_speed_target={target['target']:g} (at most "
+            f"{target['max_relative_flops']:.3f} of Transformer-XL's FLOPs): ")
+    if target["argmax_meets_target"]:
+        return line + (f"met by the most probable architecture "
+                       f"({target['argmax_relative_flops']:.3f})")
+    return line + (f"the most probable architecture {target['argmax']} "
+                   f"({target['argmax_relative_flops']:.3f}) exceeds it; derived "
+                   f"{derivation['architecture']} ({derivation['relative_flops']:.3f}), "
+                   f"{target['log_probability_given_up']:.3f} nats less log-probability")
 
 
 def pipeline_lines(results):
