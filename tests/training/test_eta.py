@@ -71,3 +71,19 @@ def test_recent_rate_leaves_out_evaluation_time():
     assert rate.seconds_per_step(185.0, 350, 25.0) == pytest.approx(0.2)
     with pytest.raises(ValueError, match="intervals"):
         RecentRate(intervals=0)
+
+
+def test_a_slow_step_is_said_and_a_quick_one_is_not(caplog):
+    import time
+
+    from training.report.eta import said_if_slow
+
+    caplog.set_level("INFO")
+    with said_if_slow("quick", after=5.0):
+        pass
+    with said_if_slow("stopping the pipeline", after=0.05):
+        time.sleep(0.3)
+    lines = [r.getMessage() for r in caplog.records]
+    assert not any("quick" in line for line in lines)
+    assert lines[0] == "stopping the pipeline (still running after 0.05 s)"
+    assert lines[1].startswith("stopping the pipeline: done in 0.")

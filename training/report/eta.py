@@ -9,9 +9,17 @@ passes its readings of `time.perf_counter()`.
 The seconds per step come from the recent logged intervals (`RecentRate`), not from the
 whole run, so a pause (a suspended process, a laptop asleep) or a change of load stops
 counting once it is that many intervals old.
+
+`said_if_slow` speaks for a step that is usually instant but sometimes is not, so the
+console is never silent for long.
 """
 
 import collections
+import contextlib
+import threading
+import time
+
+from absl import logging
 
 # Logged intervals the seconds per step are measured over (2,000 steps at the default
 # --log_interval=100).
@@ -81,3 +89,26 @@ def eta_seconds(step, total_steps, eval_interval, step_seconds, valid_seconds, t
     return (step_seconds * (total_steps - step)
             + valid_seconds * planned_evaluations(step, total_steps, eval_interval)
             + test_seconds)
+
+
+@contextlib.contextmanager
+def said_if_slow(message, after=5.0):
+    """Logs `message` if the block is still running after `after` seconds, then how long it
+    took; says nothing when it is quicker (the usual case).
+
+    Args:
+        message: what the block does, e.g. "stopping the training input pipeline".
+        after: seconds before the message is logged.
+    """
+    start = time.perf_counter()
+    timer = threading.Timer(after, logging.info, ("%s (still running after %g s)",
+                                                  message, after))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        seconds = time.perf_counter() - start
+        if seconds >= after:
+            logging.info("%s: done in %.1f s", message, seconds)

@@ -163,6 +163,10 @@ class RunLoop:
             if self._evaluate_and_save(logged, last=self.step == trainer.total_steps or stop):
                 evaluated_at = self.step
                 stop = stop or self._early_stop_due()
+        # Released before the last evaluations: tearing a tf.data iterator down waits for
+        # its threads, which has taken a minute after a long search.
+        with eta.said_if_slow("stopping the training input pipeline (tf.data threads)"):
+            iterator = None
         self._check_stop()
         if evaluated_at != self.step:  # a finished run started again
             self._evaluate_valid()
