@@ -47,18 +47,7 @@ cd "$ROOT"
 source tools/require_python.sh
 require_python
 
-# A path flag's value as the user meant it: relative to where they ran the command.
-# --architecture is a path only when it names one there (else a/f/i letters or a word).
-from_caller() {
-  local name="$1" value="$2"
-  if [[ "$value" == /* || "$CALLER" == "$ROOT" || -z "$value" ]]; then
-    printf '%s' "$value"
-  elif [[ "$name" != architecture || "$value" == */* || -e "$CALLER/$value" ]]; then
-    printf '%s' "$CALLER/$value"
-  else
-    printf '%s' "$value"
-  fi
-}
+source tools/caller_paths.sh
 PATH_FLAGS="data_dir model_dir logdir export init_from flagfile architecture"
 
 quick=0

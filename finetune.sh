@@ -25,34 +25,7 @@ cd "$ROOT"
 source tools/require_python.sh
 require_python
 
-from_caller() {
-  local value="$1"
-  if [[ "$value" == /* || "$CALLER" == "$ROOT" || -z "$value" ]]; then
-    printf '%s' "$value"
-  else
-    printf '%s' "$CALLER/$value"
-  fi
-}
-PATH_FLAGS="from text output data_dir model_dir logdir export init_weights flagfile"
+source tools/caller_paths.sh
+caller_args "from text output data_dir model_dir logdir export init_weights flagfile" "$@"
 
-args=()
-pending=""
-for arg in "$@"; do
-  if [[ -n "$pending" ]]; then  # the value of a spaced --flag value
-    args+=("$(from_caller "$arg")")
-    pending=""
-    continue
-  fi
-  name="${arg#--}"
-  name="${name%%=*}"
-  if [[ " $PATH_FLAGS " == *" $name "* && "$arg" == --* ]]; then
-    if [[ "$arg" == *=* ]]; then
-      arg="--$name=$(from_caller "${arg#*=}")"
-    else
-      pending="$name"
-    fi
-  fi
-  args+=("$arg")
-done
-
-exec "${PYTHON:-python3}" finetune.py ${args[@]+"${args[@]}"}
+exec "${PYTHON:-python3}" finetune.py ${CALLER_ARGS[@]+"${CALLER_ARGS[@]}"}

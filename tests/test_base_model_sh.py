@@ -82,14 +82,14 @@ def test_quick_look_time_is_one_figure(project_root):
     assert {f for found in figures.values() for f in found} == {"16"}, figures
 
 
-def _run_base_model(project_root, cwd, *args, stub_dir=None):
+def _run_base_model(project_root, cwd, *args, stub_dir=None, script="base_model.sh"):
     import os
     import subprocess
 
     stub = (stub_dir or cwd) / "python_stub"
     stub.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
     stub.chmod(0o755)
-    return subprocess.run(["bash", str(project_root / "base_model.sh"), *args], cwd=cwd,
+    return subprocess.run(["bash", str(project_root / script), *args], cwd=cwd,
                           env=dict(os.environ, PYTHON=str(stub)), capture_output=True,
                           text=True, timeout=60)
 
@@ -141,3 +141,14 @@ def test_a_pipeline_in_another_run_directory_exports_beside_it(project_root, tmp
     assert last_flag(done.stdout.splitlines()[1:], "export") == f"{tmp_path}/elsewhere.keras"
     done = _run_base_model(project_root, tmp_path, "--pipeline")
     assert last_flag(done.stdout.splitlines()[1:], "export") == "runs/wt2_base_pipeline.keras"
+
+
+def test_finetune_sh_resolves_the_users_paths_as_base_model_sh_does(project_root, tmp_path):
+    """One from_caller (tools/caller_paths.sh) for both scripts: spaced and = forms,
+    absolute paths and other flags unchanged."""
+    done = _run_base_model(project_root, tmp_path, "--from", "runs/m.keras", "--text=mine.txt",
+                           "--output=/abs/out.keras", "--max_steps=5", script="finetune.sh")
+    assert done.returncode == 0, done.stderr
+    args = done.stdout.splitlines()[1:]
+    assert args == ["--from", f"{tmp_path}/runs/m.keras", f"--text={tmp_path}/mine.txt",
+                    "--output=/abs/out.keras", "--max_steps=5"]
