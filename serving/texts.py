@@ -160,9 +160,6 @@ def _generation_inputs(run, texts, max_length, num_tokens, sampler, temperature,
         raise GenerationError(f"seed={seed!r} must be an integer in [0, 2**62)")
     encoded = []
     for i, text in enumerate(texts):
-        if len(texts) > 1 and not text.strip():
-            raise GenerationError(f"prompts[{i}] is empty: give it text, or generate from a "
-                                  "line start with a single prompt \"\"")
         try:
             encoded.append(encode_prompt(run.tokenizer, text))
         except GenerationError as error:
