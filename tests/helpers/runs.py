@@ -62,8 +62,10 @@ def make_model(vocab_size=64, seed=0, architecture="supernet", derived="afai", *
     return model
 
 
-def make_run(model_dir, data_dir, architecture="supernet", derived="afai"):
+def make_run(model_dir, data_dir, architecture="supernet", derived="afai", seeds=(1, 2)):
     """A trained-looking run directory: config.json, best/ckpt-7 and ckpt-9 (other weights).
+
+    `seeds`: the `make_model` seeds of the best and the latest weights.
 
     Returns:
         (TrainConfig, best model variables as numpy, latest model variables).
@@ -84,7 +86,7 @@ def make_run(model_dir, data_dir, architecture="supernet", derived="afai"):
     os.makedirs(model_dir, exist_ok=True)
     config.save()
     saved = []
-    for seed, step, sub in ((1, BEST_STEP, "best"), (2, LATEST_STEP, "")):
+    for seed, step, sub in ((seeds[0], BEST_STEP, "best"), (seeds[1], LATEST_STEP, "")):
         model = make_model(meta["vocab_size"], seed, architecture, derived)
         checkpoint = model_checkpoint(model)
         tf.train.CheckpointManager(checkpoint, os.path.join(model_dir, sub), 1,

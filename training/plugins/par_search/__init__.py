@@ -13,6 +13,9 @@
     speed_target.py  the derivation under --search_speed_target: the most
                   probable architecture within a FLOPs budget
     plots.py      the probability history (arch_history.json) and its plots
+    settle.py     several finished searches settled by their supernets' valid NLL:
+                  each candidate architecture scored as a masked sub-network
+                  (python -m experiments.settle)
 
 `PLUGIN` registers it (training/plugins/__init__.py lists it). Importing this
 package does not load TensorFlow (plugin.py does).
