@@ -4,6 +4,7 @@
     host           the host loop: steps, evaluations, logging, callbacks.
     trainer        Trainer: the step, evaluation, sampling, memories.
     micro_batches  a batch split into micro-batches with summed gradients.
+    ema            the moving average of the weights that evaluations use (--ema_decay).
     strategy       tf.distribute strategies and row-exact feeding of replicas.
     checkpoint     the Checkpointer: exact-resume checkpoints (model, optimizers,
                    memories, RNG); finding and restoring them is runstore.checkpoints.

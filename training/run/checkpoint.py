@@ -16,6 +16,9 @@ A checkpoint (`model_dir/ckpt-<step>.*`, TF's own format, no pickle) holds:
   written before they existed keep loading (`restore_optional`).
 - `weights_optimizer`, `arch_optimizer`: Keras optimizer variables (moments,
   iteration counters, loss scale).
+- `weight_average` (only with --ema_decay): the moving averages of the
+  weights, `weight_average/<i>` in the order of the weights group, and their
+  update counter (training/run/ema.py). Runs without it write nothing more.
 - `state`: `TrainState` below: step, epoch, position in the training split,
   the run's horizon (the total steps its schedules were planned for at the
   first start), the best validation NLL and its step, the partial sums of the
@@ -27,9 +30,11 @@ A checkpoint (`model_dir/ckpt-<step>.*`, TF's own format, no pickle) holds:
   count may change between save and restore.
 
 The best checkpoint on validation (`model_dir/best/ckpt-<step>.*`) holds the
-model variables (and the model's extras) only. Under multi-worker training
-every worker takes part in a save (collectives); workers other than the chief write into a scratch
-directory that is deleted right away, as tf.distribute requires.
+model variables (and the model's extras) only: with --ema_decay the weights it
+was evaluated with, the averages (the host loop saves it with them swapped in).
+Under multi-worker training every worker takes part in a save (collectives);
+workers other than the chief write into a scratch directory that is deleted
+right away, as tf.distribute requires.
 
 Safety (docs/faults.md):
 - Nothing non-finite is saved: `Checkpointer.save` and `save_best` check the
@@ -185,9 +190,12 @@ class Checkpointer:
         extras: dict name -> trackable saved with every checkpoint and
             restored when present (e.g. the plug-ins' `checkpoint_objects`).
         strategy: the tf.distribute strategy (decides who writes).
+        weight_average: the run's `ema.WeightAverage` (--ema_decay), saved and
+            restored with every checkpoint (not the best one), or None.
     """
 
-    def __init__(self, model_dir, model, optimizers, state, keep, strategy, extras=None):
+    def __init__(self, model_dir, model, optimizers, state, keep, strategy, extras=None,
+                 weight_average=None):
         self.model_dir = model_dir
         self.state = state
         self.keep = max(int(keep), 2)
@@ -197,6 +205,10 @@ class Checkpointer:
         self._optimizers = optimizers
         model_required, model_optional = model_objects(model)
         self._required = {**model_required, "state": state, **optimizers}
+        self._averages = []
+        if weight_average is not None:
+            self._required["weight_average"] = weight_average
+            self._averages = list(weight_average.averages)
         self._optional = {**model_optional, **dict(extras or {})}
         self._best_required, self._best_optional = model_required, model_optional
         self.checkpoint = tf.train.Checkpoint(**self._required, **self._optional)
@@ -298,6 +310,7 @@ class Checkpointer:
         self._check_finite(self._model.variables, "model weights")
         self._check_finite([v for o in self._optimizers.values() for v in o.variables],
                            "optimizer state")
+        self._check_finite(self._averages, "moving average of the weights")
         self._check_finite(memories, "model state (memories)")
         for variable, value in zip(self.state.memories, memories):
             variable.assign(value)

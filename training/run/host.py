@@ -7,7 +7,11 @@ evaluates valid every --eval_interval steps and at the end (then test, and the
 best checkpoint's splits), saves checkpoints (every --checkpoint_interval steps,
 every --checkpoint_every_minutes, at the end and on an interruption), applies
 --on_nonfinite (training/run/nonfinite.py's messages), stops after --early_stop
-evaluations without a better valid loss and writes metrics.json. A fresh run with
+evaluations without a better valid loss and writes metrics.json. Every evaluation
+of the run's own weights, its text sample and the best checkpoint saved after it
+use `Trainer.evaluation_weights()` (with --ema_decay the moving average of the
+weights, swapped in and out around them), so the best checkpoint, which export.py
+packages, holds the weights that were evaluated. A fresh run with
 --init_weights starts from that model's weights (training/run/init_weights.py).
 training/run/loop.py's docstring lists the faults and what the user sees.
 """
@@ -63,6 +67,7 @@ class RunLoop:
         self.summaries = summaries.TrainSummaries(logdir) if chief else None
         if start is None and self.config.init_weights:  # never over a resumed checkpoint
             load_init_weights(trainer.model, self.config.init_weights)
+            trainer.reset_average()  # averaged from the weights the run starts from
         for plugin in trainer.plugins:
             plugin.on_start(model_dir, start)
         if start is not None:
@@ -386,9 +391,18 @@ class RunLoop:
         return result
 
     def _evaluate_valid(self):
-        result = self._evaluate("valid")
+        # The evaluation, the best checkpoint and the sample see the same weights; the live
+        # ones are back before an interruption saves its checkpoint.
+        with self.trainer.evaluation_weights():
+            result = self._evaluate("valid")
+            if result is not None:
+                self._after_valid(result)
         if result is None:
             self._interrupt(abandoned_evaluation=True)
+        return result
+
+    def _after_valid(self, result):
+        """Keeps the valid result, saves a new best checkpoint and logs a sample."""
         self._valid = (self.step, result)
         state = self.state
         if result["nll"] < float(state.best_valid_nll.numpy()):
@@ -399,7 +413,6 @@ class RunLoop:
             text = self.trainer.sample_text(self.config.sample_tokens, self.step)
             self.summaries.text(self.step, "sample", text)
             logging.info("sample at step %d: %s", self.step, text)
-        return result
 
     def _finish(self):
         trainer, config, model_dir = self.trainer, self.config, self.config.model_dir
@@ -413,7 +426,8 @@ class RunLoop:
         for plugin in trainer.plugins:
             plugin.on_finish(results, model_dir, self.chief)
         valid = self._valid[1]  # run() always ends with a valid evaluation at this step
-        test = self._evaluate("test")
+        with trainer.evaluation_weights():
+            test = self._evaluate("test")
         if test is None:  # the last checkpoint holds this step: nothing to save
             self._interrupt()
         results["last"] = {"step": self.step, "valid": valid, "test": test}
@@ -421,6 +435,7 @@ class RunLoop:
         if best_step == self.step:  # the last weights are the best ones
             results["best"] = dict(results["last"])
         elif trainer.checkpointer.restore_best_model():
+            # Its weights are the ones evaluated at its step (the averages with --ema_decay).
             best = {}
             for split in ("valid", "test"):
                 best[split] = trainer.evaluate(split, config.eval_max_records,

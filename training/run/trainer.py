@@ -40,7 +40,10 @@ The step (`Trainer.train_step`), with R replicas and the global batch [B, T]:
    group's gradient), or go on with the step skipped. Under mixed_float16
    overflowing gradients are normal: the loss-scale optimizer skips the step
    and lowers its scale, and only a non-finite loss counts.
-5. The replicas' new states are kept for the next step.
+5. With --ema_decay, if the step was finite, the moving average of the
+   weights moves towards the updated weights (training/run/ema.py; a
+   skipped step leaves it, one step is one update whatever --batch_split).
+6. The replicas' new states are kept for the next step.
 
 The learning rate and the plug-ins' schedules are functions of the index of
 the step being taken (0 for the first step), read from `TrainState.step`; the
@@ -54,6 +57,7 @@ and only stops earlier or later. The learning-rate warm-up is
 (`training.setup.config.capped_warmup`); the log line says when the cap shortens it.
 """
 
+import contextlib
 import math
 
 from absl import logging
@@ -70,7 +74,7 @@ from training.optimizers import groups as optimizer_groups
 from training.optimizers import schedules
 from training.report import samples
 from training.run import checkpoint as checkpoint_lib
-from training.run import micro_batches
+from training.run import ema, micro_batches
 from training.run import strategy as strategy_lib
 from training.setup.config import capped_warmup, check_batch_split, total_steps
 
@@ -135,13 +139,18 @@ class Trainer:
             self.groups = optimizer_groups.make_groups(
                 self.model, config, self.plugins, self.lr_schedule, self.state.step)
         optimizer_groups.check_groups(self.model, self.groups)
+        # The average of the weights group only (not the architecture logits).
+        self.weight_average = ema.WeightAverage(
+            self.model.variable_groups()[WEIGHTS_GROUP], config.ema_decay,
+            strategy) if config.ema_decay else None
         extras = {}
         for plugin in self.plugins:
             extras.update(plugin.checkpoint_objects())
         self.checkpointer = checkpoint_lib.Checkpointer(
             config.model_dir, self.model, {f"{g.name}_optimizer": g.optimizer
                                            for g in self.groups},
-            self.state, config.keep_checkpoints, strategy, extras=extras)
+            self.state, config.keep_checkpoints, strategy, extras=extras,
+            weight_average=self.weight_average)
         self.model_state = None
         self.reset_state()
         self.traces = 0  # how often the compiled functions were (re)made
@@ -351,11 +360,17 @@ class Trainer:
             if group.start_step > 0:
                 condition &= step >= group.start_step
             tf.cond(condition, apply(group, grads, active), skip)
+        if self.weight_average is not None:  # after the updates (they write its inputs)
+            tf.cond(finite, self._update_average, skip)
         out["lr"] = lr
         for plugin in self.plugins:
             out.update(plugin.step_values(step))
         step.assign_add(1)
         return out, new_state
+
+    def _update_average(self):
+        self.weight_average.update()
+        return tf.constant(True)
 
     def train_step(self, inputs, targets):
         """Runs one training step on a global batch.
@@ -395,6 +410,26 @@ class Trainer:
                    if s.dtype.is_floating)
 
     # ------------------------------------------------- evaluation and samples
+
+    def evaluation_weights(self):
+        """Context in which the model holds the weights a run evaluates.
+
+        With --ema_decay the moving average of the weights is swapped in and
+        the live weights are put back bit for bit on exit
+        (`ema.WeightAverage.swapped_in`); without it, the live weights (a
+        context that does nothing). `evaluate` and `sample_text` inside it
+        score the averaged weights, and a best checkpoint saved inside it
+        holds them.
+        """
+        if self.weight_average is None:
+            return contextlib.nullcontext()
+        return self.weight_average.swapped_in()
+
+    def reset_average(self):
+        """Starts the moving average again at the current weights (after weights were
+        loaded into the model: --init_weights); nothing without --ema_decay."""
+        if self.weight_average is not None:
+            self.weight_average.reset()
 
     def evaluate(self, split, max_records=0, should_stop=None):
         """Deterministic evaluation of a split through the one stream evaluator.

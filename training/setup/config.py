@@ -163,6 +163,12 @@ class TrainConfig(ConfigBase):
         "(0: off; default 0.03, the adaptive-span reference's --grad-clip).")
     clip_norm: float = _field(0.25, "optimisation",
                               "Global-norm clipping of the weight gradients (0: off).")
+    ema_decay: float = _field(
+        0.0, "optimisation", "Evaluate an exponential moving average of the weights (Polyak "
+        "averaging) with this decay D (0: off): after every applied update ema = d * ema + "
+        "(1 - d) * w, d = min(D, (1 + n) / (10 + n)) after n updates. Valid, test, the samples "
+        "and the best checkpoint (what export.py packages) use the average; the checkpoints "
+        "hold it beside the live weights. A run resumes only with the value it started with.")
     on_nonfinite: str = _field(
         "stop", "optimisation", "When the loss or a gradient becomes NaN/inf: stop (one line "
         "naming the step and the quantity; the last checkpoint is kept) or skip the update "
@@ -336,6 +342,8 @@ class TrainConfig(ConfigBase):
         for flag in ("beta_1", "beta_2"):
             require(0 <= getattr(self, flag) < 1, flag, "must be in [0, 1)")
         require(self.epsilon > 0, "epsilon", "must be > 0")
+        require(0 <= self.ema_decay < 1, "ema_decay", "must be in [0, 1) (0: off; the "
+                "usual values are 0.99 to 0.9999)")
         require(0 < self.warmup_fraction <= 1, "warmup_fraction", "must be in (0, 1]")
         takes = _OPTIMIZER_TABLE[self.optimizer].options
         for flag in _OPTIMIZER_OPTIONS:
