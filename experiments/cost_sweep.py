@@ -342,23 +342,36 @@ def measure_throughput(retrain_dirs, args):
     result = cached_throughput(path, key)
     written = json.dumps(result, sort_keys=True) if result is not None else None
     if result is None:
-        load_start = common.loadavg()
-        samples, steps, step_kind = sample_throughput(models, first.batch_size, first.seq_len,
-                                                      args.precision, args.rounds,
-                                                      args.sample_seconds)
-        tokens = first.batch_size * first.seq_len
-        networks = {arch: dict(
-            tokens_per_sec=tokens / statistics.median(samples[arch]),
-            vs_reference=common.paired_ratio(samples[reference], samples[arch]),
-            steps_per_sample=steps[arch], samples_s=samples[arch]) for arch in models}
-        result = dict(key=key, reference=reference, networks=networks, step=step_kind,
-                      loadavg_start=load_start, loadavg_end=common.loadavg())
+        result = dict(key=key, reference=reference, **measured_networks(
+            models, reference, first.batch_size, first.seq_len, args.precision, args.rounds,
+            args.sample_seconds))
     relative, result["cost_per_block"] = network_flops(models, first)
     for arch, net in result["networks"].items():
         net["relative_flops"] = relative[arch]
     if json.dumps(result, sort_keys=True) != written:  # measured, or counted another way
         common.write_json(path, result)
     return result
+
+
+def measured_networks(models, reference, batch_size, seq_len, precision, rounds,
+                      sample_seconds):
+    """The interleaved throughput of `models` (`sample_throughput`) as the drivers record it.
+
+    Returns:
+        dict: networks (name -> tokens_per_sec (median), vs_reference (median per-round
+        ratio to `reference`), steps_per_sample, samples_s (seconds per step, one per
+        round)), step (what a step is), loadavg_start and loadavg_end.
+    """
+    load_start = common.loadavg()
+    samples, steps, step_kind = sample_throughput(models, batch_size, seq_len, precision,
+                                                  rounds, sample_seconds)
+    tokens = batch_size * seq_len
+    networks = {name: dict(
+        tokens_per_sec=tokens / statistics.median(samples[name]),
+        vs_reference=common.paired_ratio(samples[reference], samples[name]),
+        steps_per_sample=steps[name], samples_s=samples[name]) for name in models}
+    return dict(networks=networks, step=step_kind, loadavg_start=load_start,
+                loadavg_end=common.loadavg())
 
 
 def network_flops(models, config):

@@ -498,18 +498,11 @@ def measure_throughput(models, config, args):
     cached = cost_sweep.cached_throughput(path, key)
     if cached is not None:
         return cached
-    load_start = common.loadavg()
-    samples, steps, step_kind = cost_sweep.sample_throughput(
-        models, config.batch_size, config.seq_len, config.precision, args.rounds,
-        args.sample_seconds)
-    tokens = config.batch_size * config.seq_len
-    networks = {name: dict(
-        tokens_per_sec=tokens / statistics.median(samples[name]),
-        vs_reference=common.paired_ratio(samples[REFERENCE], samples[name]),
-        steps_per_sample=steps[name], samples_s=samples[name]) for name in models}
     result = dict(key=key, reference=REFERENCE, order=list(models), rounds=args.rounds,
-                  pid=os.getpid(), cpus=sorted(os.sched_getaffinity(0)), step=step_kind,
-                  loadavg_start=load_start, loadavg_end=common.loadavg(), networks=networks)
+                  pid=os.getpid(), cpus=sorted(os.sched_getaffinity(0)),
+                  **cost_sweep.measured_networks(models, REFERENCE, config.batch_size,
+                                                 config.seq_len, config.precision, args.rounds,
+                                                 args.sample_seconds))
     common.write_json(path, result)
     return result
 
