@@ -81,3 +81,26 @@ def test_old_config_json_loads(family):
 def test_every_fixture_is_of_a_registered_family():
     fixtures = sorted(p.parent.name for p in FIXTURES.glob("*/expected.json"))
     assert fixtures and fixtures == sorted(FAMILIES)
+
+
+# config.json files written when the optimizers' options were fields written in TrainConfig
+# (the README says how), and what each option must make of its optimizer.
+OPTION_FIXTURES = FIXTURES.parent / "optimizer_options"
+OPTIONS_EXPECTED = {"lamb_sharnn": {"min_trust": 0.3, "weight_norm_clip": None},
+                    "adagrad_clip": {"tensor_clip_norm": 0.05}}
+
+
+@pytest.mark.parametrize("name", sorted(OPTIONS_EXPECTED))
+def test_old_config_json_with_optimizer_options_loads_to_the_same_run(name, tmp_path):
+    from training.optimizers import get_optimizer
+    from training.setup.config import TrainConfig
+
+    raw = json.loads((OPTION_FIXTURES / name / "config.json").read_text())
+    config = TrainConfig.load(str(OPTION_FIXTURES / name))
+    # Every value comes back, the options at the top level where the old code wrote them.
+    assert {k: v for k, v in config.to_dict().items() if k in raw} == raw
+    config.save(str(tmp_path))
+    assert TrainConfig.load(str(tmp_path)) == config
+    optimizer = get_optimizer(config.optimizer).make(1e-3, config)
+    expected = OPTIONS_EXPECTED[name]
+    assert {key: getattr(optimizer, key) for key in expected} == expected

@@ -1,4 +1,8 @@
-"""Checks shared by the tests of the project's own Keras optimizers."""
+"""Checks shared by the tests of the project's own Keras optimizers, and an optimizer
+registered for a test."""
+
+import contextlib
+import types
 
 import numpy as np
 
@@ -60,3 +64,29 @@ def run_steps(optimizer, start, grads, slots=(), jit=False):
         seen.append(([v.numpy() for v in variables],
                      *[[s.numpy() for s in getattr(optimizer, name)] for name in slots]))
     return seen
+
+
+@contextlib.contextmanager
+def registered_optimizer(spec):
+    """Adds `spec` to the optimizer table (training/optimizers/) for the `with` block.
+
+    TrainConfig's `optimizer` field holds as its choices the optimizers of the table
+    when it was defined (train.py's --optimizer takes them from there): for the block,
+    they also hold the new one's name. Its options become fields and flags of their own
+    (`TrainConfig.complete()` follows the table).
+    """
+    from training.optimizers import OPTIMIZERS
+    from training.setup.config import TrainConfig
+
+    if spec.name in OPTIMIZERS:
+        raise ValueError(f"optimizer {spec.name} is registered already")
+    field = TrainConfig.__dataclass_fields__["optimizer"]
+    metadata = field.metadata
+    OPTIMIZERS[spec.name] = spec
+    try:
+        field.metadata = types.MappingProxyType(
+            {**metadata, "choices": (*metadata["choices"], spec.name)})
+        yield spec
+    finally:
+        field.metadata = metadata
+        del OPTIMIZERS[spec.name]

@@ -119,6 +119,32 @@ def test_the_section_and_its_flag_come_from_the_registration(registered, tiny_da
         plugins.register(REGISTRATION)
 
 
+def test_the_section_is_a_field_of_the_dataclass(tiny_data, tmp_path):
+    before = _config(tiny_data, tmp_path / "run")  # made before the plug-in is registered
+    plugins.register(REGISTRATION)
+    try:
+        config = _config(tiny_data, tmp_path / "run", "--count_every=3")
+        older = TrainConfig.from_dict(before.to_dict())
+    finally:
+        plugins.unregister(REGISTRATION.name)
+    (field,) = [f for f in dataclasses.fields(config) if f.name == SECTION]
+    assert field.type is CountingConfig and field.default_factory is CountingConfig
+    assert type(config) is not type(before) and isinstance(config, TrainConfig)
+    assert not hasattr(before, SECTION) and older.counting == CountingConfig()
+    # The dataclass's own __init__, __eq__, __repr__ and replace cover the section.
+    assert not hasattr(TrainConfig, "__getattr__")
+    assert f"{SECTION}=CountingConfig(count_every=3)" in repr(config)
+    changed = dataclasses.replace(config, counting=CountingConfig(count_every=5))
+    assert changed.counting.count_every == 5 and changed != config
+    assert dataclasses.replace(changed, counting={"count_every": 3}) == config
+    assert type(config)(**{f.name: getattr(config, f.name)
+                           for f in dataclasses.fields(config)}) == config
+    with pytest.raises(ConfigError, match="--count_every=0"):
+        dataclasses.replace(config, counting={"count_every": 0})
+    with pytest.raises(ConfigError, match="counting must be a CountingConfig or its dict"):
+        dataclasses.replace(config, counting=3)
+
+
 def test_unregistered_the_section_and_its_flag_are_gone(tiny_data, tmp_path):
     assert SECTION not in TrainConfig.section_fields()
     assert "count_every" not in train_cli.define_flags(flags.FlagValues())

@@ -34,6 +34,15 @@ module in this package:
     lion         Keras' Lion (Chen et al. 2023, arXiv 2302.06675): the sign of
                  interpolated momentum; decoupled weight decay.
 
+Options (`OptimizerSpec.options`): a hyper-parameter that only some optimizers
+take is an `OptimizerOption` (name, default, help, range check) in their
+entries below: lamb_sharnn's --min_trust and --weight_norm_clip,
+adagrad_clip's --tensor_clip_norm. Each is a train.py flag and a field of
+`TrainConfig` of its name (`option_owners`), None in the config when not
+given (the factory then takes the option's default) and refused with another
+optimizer. An optimizer with an option of its own is one entry here, nothing
+in training/setup/.
+
 Decay rules (`OptimizerSpec.decay`): L2 and DECOUPLED only ever touch
 `model.weight_decay_variables()` (chosen by role, see model/interface.py);
 IN_UPDATE decays every weight, inside the optimizer's update, as the
@@ -49,8 +58,42 @@ L2 = "l2"                # `weight_decay * w` is added to the gradient by the tr
 DECOUPLED = "decoupled"  # the Keras optimizer decays the weights itself
 IN_UPDATE = "in_update"  # the optimizer adds `weight_decay * w` to its update, every weight
 
-# TrainConfig fields that only some optimizers take (`OptimizerSpec.options`).
-OPTION_FIELDS = ("min_trust", "weight_norm_clip", "tensor_clip_norm")
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerOption:
+    """A hyper-parameter of the optimizers whose entries list it (`OptimizerSpec.options`).
+
+    It is the train.py flag and the TrainConfig field `name` (a float, None when
+    not given); its factory receives it as the keyword `name`, `default` when not
+    given.
+
+    Attributes:
+        name: the flag's, the config field's and the factory's keyword's name.
+        default: the value used when the flag is not given.
+        help: the flag's help text after "<optimizer> only: "; "{default}" in it
+            stands for `default`.
+        minimum: the smallest value allowed (0 conventionally means off).
+    """
+
+    name: str
+    default: float
+    help: str
+    minimum: float = 0.0
+
+    def text(self):
+        """The help text with its default filled in."""
+        return self.help.format(default=f"{self.default:g}")
+
+    def problem(self, value):
+        """Why `value` is refused (the rest of a sentence after "--name=value: "), or None."""
+        if value < self.minimum:
+            return f"must be >= {self.minimum:g} (0: off)"
+        return None
+
+    def value(self, config):
+        """The option's value in a TrainConfig: the given one, else the default."""
+        given = getattr(config, self.name)
+        return self.default if given is None else given
 
 
 def _betas(config):
@@ -75,15 +118,13 @@ def _lamb(keras, learning_rate, config):
                                  weight_decay=config.weight_decay or None, **_betas(config))
 
 
-def _lamb_sharnn(keras, learning_rate, config):
+def _lamb_sharnn(keras, learning_rate, config, min_trust, weight_norm_clip):
     from training.optimizers.lamb_sharnn import LambSharnn
 
-    clip = 10.0 if config.weight_norm_clip is None else config.weight_norm_clip
     return LambSharnn(
         learning_rate=learning_rate, beta_1=config.beta_1, beta_2=config.beta_2,
-        epsilon=config.epsilon, weight_decay=config.weight_decay,
-        min_trust=0.25 if config.min_trust is None else config.min_trust,
-        weight_norm_clip=clip or None)
+        epsilon=config.epsilon, weight_decay=config.weight_decay, min_trust=min_trust,
+        weight_norm_clip=weight_norm_clip or None)
 
 
 def _muon(keras, learning_rate, config, matrices):
@@ -110,12 +151,24 @@ def _adagrad(keras, learning_rate, config):
                                     epsilon=config.epsilon)
 
 
-def _adagrad_clip(keras, learning_rate, config):
+def _adagrad_clip(keras, learning_rate, config, tensor_clip_norm):
     from training.optimizers.adagrad_clip import AdagradClip
 
-    clip = 0.03 if config.tensor_clip_norm is None else config.tensor_clip_norm
     return AdagradClip(learning_rate=learning_rate, epsilon=config.epsilon,
-                       tensor_clip_norm=clip)
+                       tensor_clip_norm=tensor_clip_norm)
+
+
+# The options of the SHA-RNN reference's LAMB and the adaptive-span reference's Adagrad.
+MIN_TRUST = OptimizerOption(
+    "min_trust", 0.25, "floor of the trust ratio (0: none; default {default}, the SHA-RNN "
+    "reference's).")
+WEIGHT_NORM_CLIP = OptimizerOption(
+    "weight_norm_clip", 10.0, "clamp of the weight norm in the trust ratio (0: no clamp; "
+    "default {default}, the SHA-RNN reference's).")
+TENSOR_CLIP_NORM = OptimizerOption(
+    "tensor_clip_norm", 0.03, "each weight tensor's learning rate is scaled by min(1, this / "
+    "its gradient norm), the accumulator keeping the unclipped squares (0: off; default "
+    "{default}, the adaptive-span reference's --grad-clip).")
 
 
 _ADAGRAD_CLIP_NOTE = (
@@ -132,8 +185,9 @@ class OptimizerSpec:
         name: the value of `--optimizer`.
         decay: L2, DECOUPLED or IN_UPDATE.
         help: one line for the flag's help.
-        factory: (keras module, learning_rate, TrainConfig) -> Keras optimizer.
-        options: the `OPTION_FIELDS` this optimizer reads (given to another
+        factory: (keras module, learning_rate, TrainConfig, **options) -> Keras
+            optimizer; each of `options` is given as a keyword of its name.
+        options: the `OptimizerOption`s this optimizer takes (given to another
             one they are an error).
         clip_note: logged as a warning when a run combines this optimizer
             with a global --clip_norm (empty: nothing to say).
@@ -170,6 +224,7 @@ class OptimizerSpec:
             logging.warning("--optimizer=%s with --clip_norm=%g: %s", self.name,
                             config.clip_norm, self.clip_note)
         extra = dict(matrices=list(matrices)) if self.takes_matrices else {}
+        extra.update({option.name: option.value(config) for option in self.options})
         optimizer = self.factory(keras, learning_rate, config, **extra)
         if self.decay == DECOUPLED and config.weight_decay > 0 and not_decayed:
             optimizer.exclude_from_weight_decay(var_list=list(not_decayed))
@@ -184,13 +239,13 @@ OPTIMIZERS = {spec.name: spec for spec in (
     OptimizerSpec("lamb_sharnn", IN_UPDATE, "The SHA-RNN reference's LAMB: trust ratio floored "
                   "at --min_trust, weight norm clamped at --weight_norm_clip, no bias "
                   "correction, weight decay added to the update of every weight.", _lamb_sharnn,
-                  options=("min_trust", "weight_norm_clip")),
+                  options=(MIN_TRUST, WEIGHT_NORM_CLIP)),
     OptimizerSpec("adagrad", L2, "Adagrad (accumulators from 0), L2 weight decay added to the "
                   "gradient.", _adagrad, clip_note=_ADAGRAD_CLIP_NOTE),
     OptimizerSpec("adagrad_clip", L2, "The adaptive-span reference's Adagrad: each tensor's "
                   "learning rate scaled by min(1, --tensor_clip_norm / ||g||), accumulator of "
                   "the unclipped squares, epsilon after the square root; L2 weight decay added "
-                  "to the gradient.", _adagrad_clip, options=("tensor_clip_norm",),
+                  "to the gradient.", _adagrad_clip, options=(TENSOR_CLIP_NORM,),
                   clip_note=_ADAGRAD_CLIP_NOTE),
     OptimizerSpec("muon", DECOUPLED, "Muon: Nesterov momentum 0.95 orthogonalised by 5 "
                   "Newton-Schulz steps, scaled by 0.2 sqrt(max(rows, cols)) (Moonlight: Adam's "
@@ -202,6 +257,25 @@ OPTIMIZERS = {spec.name: spec for spec in (
                   "the paper's 0.9, 0.99), decoupled weight decay. Wants a learning rate 3-10x "
                   "smaller than Adam's (and a weight decay as much larger).", _lion),
 )}
+
+
+def option_owners():
+    """Option name -> (its `OptimizerOption`, the names of the optimizers that take it), in
+    table order: the TrainConfig fields and train.py flags of the options.
+
+    Raises:
+        ValueError: two entries declare different options of the same name.
+    """
+    owners = {}
+    for spec in OPTIMIZERS.values():
+        for option in spec.options:
+            known, names = owners.get(option.name, (option, ()))
+            if known != option:
+                raise ValueError(f"optimizers {', '.join(names)} and {spec.name} declare "
+                                 f"different options --{option.name}: share one "
+                                 "OptimizerOption")
+            owners[option.name] = (option, (*names, spec.name))
+    return owners
 
 
 def get_optimizer(name):

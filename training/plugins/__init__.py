@@ -24,8 +24,8 @@ otherwise) and may:
 Each plug-in package declares itself in its `__init__.py`: a `Registration`
 (training/plugins/base.py) named `PLUGIN`, read without TensorFlow, with its
 class (loaded lazily), its config section (a `ConfigBase` dataclass whose
-fields are train.py flags; `TrainConfig` holds it under the section's name,
-`config.search`), the section's resumable fields and the migration of older
+fields are train.py flags; `TrainConfig` holds it as a field of the section's
+name, `config.search`), the section's resumable fields and the migration of older
 config.json files. Everything else the plug-in owns (its schedules, its
 summaries, its files) lives in its package. A plug-in decides whether it
 applies from what the model can do (e.g. `arch_variables`), not from its

@@ -35,7 +35,7 @@ class Registration:
         load: () -> its `Plugin` subclass; imports the plug-in's TensorFlow parts,
             called only when a run makes its plug-ins.
         section: name of its config section, or None: the `TrainConfig`
-            attribute (`config.search`), the config.json key and the flag group.
+            field (`config.search`), the config.json key and the flag group.
         config: the section's class, a frozen `model.config_base.ConfigBase`
             dataclass whose fields (made with `field(default, help)`, group
             `section`) are train.py flags of their own name.

@@ -14,7 +14,7 @@ from model.config_base import cutoffs_problem
 from runstore.errors import ConfigError
 from runstore.run_dir import CONFIG_FILE
 from training import plugins
-from training.setup.config import TrainConfig, check_batch_split, config_sections, total_steps
+from training.setup.config import TrainConfig, check_batch_split, total_steps
 
 SPLITS = ("train", "valid", "test")
 
@@ -74,8 +74,8 @@ def check_data(config, meta):
             f"(vocab_size={vocab}); vocab_size always comes from the data")
     # The plug-ins' sections check what depends on the run's length and model.
     steps = total_steps(config, meta["splits"]["train"]["records"])
-    for name in config_sections():
-        check = getattr(getattr(config, name), "check_run", None)
+    for section in config.sections.values():
+        check = getattr(section, "check_run", None)
         if check is not None:
             try:
                 check(config, steps)
@@ -121,7 +121,7 @@ def incompatible_fields(old, new):
         for values in (old_d, new_d):
             if values.get(name):
                 values[name] = os.path.realpath(values[name])
-    nested = ("model", *config_sections())
+    nested = ("model", *new.sections)
     resumable = resumable_fields()
     diff = [k for k in new_d if k not in nested and k not in resumable
             and old_d.get(k) != new_d[k]]

@@ -36,7 +36,7 @@ from runstore.errors import ConfigError
 from runstore.run_dir import CONFIG_FILE
 from training import plugins
 from training.optimizers import OPTIMIZERS as _OPTIMIZER_TABLE
-from training.optimizers import OPTION_FIELDS as _OPTIMIZER_OPTIONS
+from training.optimizers import option_owners
 from training.setup.plan import (  # noqa: F401  (the run's plan, for the callers that read it here)
     LR_SCHEDULES,
     WARMUP_FRACTION,
@@ -51,11 +51,6 @@ MIN_KEEP_CHECKPOINTS = 2
 STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 OPTIMIZERS = tuple(_OPTIMIZER_TABLE)
-
-def config_sections():
-    """name -> config section class of the registered plug-ins (training/plugins)."""
-    return plugins.config_sections()
-
 
 def _field(default, group, help, choices=None, **metadata):  # noqa: A002
     """A TrainConfig field: its flag's group, help text and choices live here."""
@@ -73,16 +68,22 @@ class TrainConfig(ConfigBase):
     """Everything a training run needs besides the data files.
 
     Every field is a train.py flag of the same name (but `model`, the model
-    family's config); its help text, group and choices live in the field's
-    metadata, and train.py generates the flags from them.
+    family's config, and the sections); its help text, group and choices live
+    in the field's metadata, and train.py generates the flags from them.
 
-    Besides the fields, a TrainConfig holds one section per registered plug-in
-    that has one (training/plugins: `Registration.section`), e.g. `search`,
-    the PAR search's `SearchConfig`: given by its name to the constructor or
-    `replace` (an instance or its dict, as in config.json), read as an
-    attribute (`config.search.tau_start`) or from `sections`, written to
-    config.json under its name; each of its fields is a train.py flag of its
-    own. A section not given takes its defaults. Notes beyond the help texts:
+    The fields written here are common to every run. Two registries add
+    theirs: each option of an optimizer (training/optimizers/:
+    `OptimizerSpec.options`, e.g. lamb_sharnn's `min_trust`) is a field of its
+    name, None when not given; each registered plug-in with a config section
+    (training/plugins: `Registration.section`, e.g. `search`, the PAR search's
+    `SearchConfig`) has a field of the section's name holding it (given as an
+    instance or its dict, as in config.json; its defaults when not given;
+    `sections` lists them), each of the section's fields a train.py flag of
+    its own. `TrainConfig(...)` therefore makes an instance of the dataclass
+    with every field, `TrainConfig.complete()`, a subclass made for the
+    registries as they are (as `pathlib.Path(...)` makes a `PosixPath`): the
+    dataclass's own `__init__`, `__eq__`, `__repr__` and
+    `dataclasses.replace` cover every field. Notes beyond the help texts:
 
     - batch_split must divide the per-replica batch B/R: each replica runs its
       rows as micro-batches of B/(R*batch_split) consecutive rows (each with
@@ -151,16 +152,6 @@ class TrainConfig(ConfigBase):
     beta_1: float = _field(0.9, "optimisation", "Adam beta_1 of the weights optimizer.")
     beta_2: float = _field(0.999, "optimisation", "Adam beta_2 of the weights optimizer.")
     epsilon: float = _field(1e-8, "optimisation", "Adam epsilon of both optimizers.")
-    min_trust: float | None = _field(
-        None, "optimisation", "lamb_sharnn only: floor of the trust ratio (0: none; default "
-        "0.25, the SHA-RNN reference's).")
-    weight_norm_clip: float | None = _field(
-        None, "optimisation", "lamb_sharnn only: clamp of the weight norm in the trust ratio "
-        "(0: no clamp; default 10, the SHA-RNN reference's).")
-    tensor_clip_norm: float | None = _field(
-        None, "optimisation", "adagrad_clip only: each weight tensor's learning rate is scaled "
-        "by min(1, this / its gradient norm), the accumulator keeping the unclipped squares "
-        "(0: off; default 0.03, the adaptive-span reference's --grad-clip).")
     clip_norm: float = _field(0.25, "optimisation",
                               "Global-norm clipping of the weight gradients (0: off).")
     ema_decay: float = _field(
@@ -237,6 +228,21 @@ class TrainConfig(ConfigBase):
     deterministic: bool = _field(False, "performance",
                                  "TensorFlow op determinism (exact resume).")
 
+    def __new__(cls, *args, **kwargs):
+        # An instance of the dataclass with every field; its generated __init__ runs next.
+        return super().__new__(cls.complete())
+
+    @classmethod
+    def complete(cls):
+        """The dataclass with every field: TrainConfig's, then the optimizers' options and
+        the plug-ins' sections as registered now (one class per state of the registries; a
+        config keeps the class it was made with, and called on it this returns it)."""
+        if cls is not TrainConfig:
+            return cls
+        options = tuple((name, option, owners)
+                        for name, (option, owners) in option_owners().items())
+        return _complete_class(options, tuple(plugins.config_sections().items()))
+
     def __post_init__(self):
         try:
             family = families.get_family(self.model_family)
@@ -247,70 +253,33 @@ class TrainConfig(ConfigBase):
         if not isinstance(self.model, family.config_class):
             raise ConfigError(f"model must be a {family.config_class.__name__} for "
                               f"--model_family={family.name}, got {type(self.model).__name__}")
-        given = self.__dict__.get("_sections", {})
-        sections = {}
-        for name, section in config_sections().items():
-            value = given.get(name)
-            if value is None:
-                value = section()
-            elif isinstance(value, dict):
+        for name, section in self.section_fields().items():
+            value = getattr(self, name)
+            if isinstance(value, dict):
                 try:
                     value = section.from_dict(value)
                 except (ValueError, TypeError) as error:
                     raise ConfigError(str(error)) from None
+                object.__setattr__(self, name, value)
             if not isinstance(value, section):
                 raise ConfigError(f"{name} must be a {section.__name__} or its dict, got "
                                   f"{type(value).__name__}")
-            sections[name] = value
-        object.__setattr__(self, "_sections", sections)
         super().__post_init__()
-
-    # ------------------------------------------------ the plug-ins' sections
 
     @property
     def sections(self):
         """name -> the config section of each registered plug-in that has one."""
-        return dict(self.__dict__["_sections"])
-
-    def __getattr__(self, name):
-        # Only for names that are not fields: the sections (config.search).
-        sections = self.__dict__.get("_sections", {})
-        if name in sections:
-            return sections[name]
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
-    def __eq__(self, other):
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return all(getattr(self, f.name) == getattr(other, f.name)
-                   for f in dataclasses.fields(self)) and self.sections == other.sections
-
-    def __repr__(self):
-        values = [f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self)]
-        values += [f"{name}={value!r}" for name, value in self.sections.items()]
-        return f"{type(self).__name__}({', '.join(values)})"
+        return {name: getattr(self, name) for name in self.section_fields()}
 
     @classmethod
     def check_known(cls, names):
-        sections = config_sections()
-        super().check_known([name for name in names if name not in sections])
-
-    def replace(self, **changes):
-        """A copy with some fields or sections changed (validated again)."""
-        self.check_known(changes)
-        return dataclasses.replace(self, **{**self.sections, **changes})
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly dict: the fields, the model under "model", each section under
-        its name."""
-        values = super().to_dict()
-        values.update({name: value.to_dict() for name, value in self.sections.items()})
-        return values
+        super(TrainConfig, cls.complete()).check_known(names)
 
     @classmethod
     def flag_fields(cls):
-        """The fields that are train.py flags, in definition order."""
-        return [f for f in dataclasses.fields(cls) if f.metadata.get("flag", True)]
+        """The fields that are train.py flags (the optimizers' options too), in definition
+        order."""
+        return [f for f in dataclasses.fields(cls.complete()) if f.metadata.get("flag", True)]
 
     def validate(self):
         def require(condition, flag, message):
@@ -345,14 +314,13 @@ class TrainConfig(ConfigBase):
         require(0 <= self.ema_decay < 1, "ema_decay", "must be in [0, 1) (0: off; the "
                 "usual values are 0.99 to 0.9999)")
         require(0 < self.warmup_fraction <= 1, "warmup_fraction", "must be in (0, 1]")
-        takes = _OPTIMIZER_TABLE[self.optimizer].options
-        for flag in _OPTIMIZER_OPTIONS:
-            if getattr(self, flag) is None:
+        for flag, (option, owners) in option_owners().items():
+            if getattr(self, flag, None) is None:
                 continue
-            users = [name for name, spec in _OPTIMIZER_TABLE.items() if flag in spec.options]
-            require(flag in takes, flag, f"does not apply to --optimizer={self.optimizer}: drop "
-                    f"it or use --optimizer={'/'.join(users)}")
-            require(getattr(self, flag) >= 0, flag, "must be >= 0 (0: off)")
+            require(self.optimizer in owners, flag, f"does not apply to --optimizer="
+                    f"{self.optimizer}: drop it or use --optimizer={'/'.join(owners)}")
+            problem = option.problem(getattr(self, flag))
+            require(problem is None, flag, problem)
         require(self.min_lr <= self.learning_rate, "min_lr",
                 f"must not exceed --learning_rate={self.learning_rate}")
         require(self.epochs >= 1 or self.max_steps >= 1, "epochs",
@@ -373,7 +341,8 @@ class TrainConfig(ConfigBase):
     @classmethod
     def section_fields(cls):
         """name -> section class of the plug-ins' config sections (each field a flag)."""
-        return config_sections()
+        return {f.name: f.type for f in dataclasses.fields(cls.complete())
+                if f.metadata.get("section")}
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "TrainConfig":
@@ -419,20 +388,23 @@ class TrainConfig(ConfigBase):
             return cls.from_dict(json.load(f))
 
 
-def _accept_sections(init):
-    """The dataclass __init__ of TrainConfig, taking the plug-ins' sections by name too."""
+@functools.cache
+def _complete_class(options, sections):
+    """TrainConfig with a field per optimizer option and one per config section.
 
-    @functools.wraps(init)
-    def __init__(self, *args, **kwargs):
-        names = config_sections()
-        object.__setattr__(self, "_sections", {k: kwargs.pop(k) for k in list(kwargs)
-                                               if k in names})
-        init(self, *args, **kwargs)
-
-    return __init__
-
-
-TrainConfig.__init__ = _accept_sections(TrainConfig.__init__)
+    Args:
+        options: ((name, OptimizerOption, names of the optimizers taking it), ...).
+        sections: ((section name, section class), ...), in registry order.
+    """
+    fields = [(name, float | None, _field(None, "optimisation",
+                                          f"{'/'.join(owners)} only: {option.text()}"))
+              for name, option, owners in options]
+    fields += [(name, section, dataclasses.field(
+        default_factory=section, metadata={"flag": False, "section": True,
+                                           "help": f"The {name} section (its own flags)."}))
+        for name, section in sections]
+    return dataclasses.make_dataclass(TrainConfig.__name__, fields, bases=(TrainConfig,),
+                                      namespace={"__module__": __name__}, frozen=True)
 
 
 def _divisors(n):

@@ -1,6 +1,7 @@
 """train.py's flags and the TrainConfig they make: flags <-> config in one place.
 
-The flags are generated from fields: TrainConfig's (training/setup/config.py), its
+The flags are generated from fields: TrainConfig's (training/setup/config.py; with the
+optimizers' options, e.g. --min_trust, declared in training/optimizers/), its
 plug-in sections' (e.g. SearchConfig, training/plugins/par_search/config.py) and every
 model family's config (model/families.py), each with its help text, group and choices
 in the field's metadata. Besides them only the adaptive softmax's flags parsed by hand
@@ -23,8 +24,6 @@ from training.setup import checks as config_checks
 from training.setup import config as c
 from training.setup.config import ConfigError, TrainConfig
 
-_DEFAULTS = {f.name: f.default for f in TrainConfig.flag_fields()
-             if f.default is not dataclasses.MISSING}
 # The adaptive softmax's model flags, parsed from strings by hand (shared by the families).
 SOFTMAX_FLAGS = ("cutoffs", "proj_dims")
 
@@ -107,9 +106,10 @@ def flag_groups():
 def define_flags(fv=flags.FLAGS):
     """Defines every train.py flag on `fv` (tests use their own FlagValues).
 
-    The flags are generated from fields: TrainConfig's (training/setup/config.py),
-    its plug-in sections' (e.g. SearchConfig, training/plugins/par_search/
-    config.py) and every model family's config (model/families.py), each
+    The flags are generated from fields: TrainConfig's (training/setup/config.py,
+    the optimizers' options included), its plug-in sections' (e.g. SearchConfig,
+    training/plugins/par_search/config.py) and every model family's config
+    (model/families.py), each
     with its help text, group and choices in the field's metadata. Besides them, only the
     flags that are parsed into model fields by hand (--architecture,
     --cutoffs and its cost model, --proj_dims) and --overwrite are defined
@@ -370,7 +370,8 @@ def config_from_flags(fv):
     meta = load_meta(fv.data_dir)
     recipe = recipe_values(fv)
     family, preset, model = _model_config(fv, meta, recipe)
-    values = {name: fv[name].value for name in _DEFAULTS if name in fv}
+    values = {f.name: fv[f.name].value for f in TrainConfig.flag_fields()
+              if f.default is not dataclasses.MISSING and f.name in fv}
     sections = section_flag_fields()
     for section, fields in sections.items():
         values[section] = {f.name: fv[f.name].value for f in fields}
