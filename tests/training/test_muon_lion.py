@@ -42,7 +42,8 @@ _KINDS = [
 
 def _config(**fields):
     """What the registry's factories read of a TrainConfig."""
-    values = dict(beta_1=BETA_1, beta_2=BETA_2, epsilon=EPS, weight_decay=WD, clip_norm=0.0)
+    values = dict(beta_1=BETA_1, beta_2=BETA_2, epsilon=EPS, weight_decay=WD, clip_norm=0.0,
+                  muon_rms_rate=None)
     values.update(fields)
     return types.SimpleNamespace(**values)
 
@@ -66,11 +67,11 @@ def _newton_schulz(x):
     return x.T if tall else x
 
 
-def _muon_step(g, m, shape2d, lr):
+def _muon_step(g, m, shape2d, lr, rms_rate=RMS_RATE):
     """(update to subtract, new momentum) of a hidden matrix."""
     m = MOMENTUM * m + g
     o = _newton_schulz((g + MOMENTUM * m).reshape(shape2d))
-    return lr * RMS_RATE * math.sqrt(max(shape2d)) * o.reshape(g.shape), m
+    return lr * rms_rate * math.sqrt(max(shape2d)) * o.reshape(g.shape), m
 
 
 def _adam_step(g, m, v, t, lr):
@@ -80,7 +81,7 @@ def _adam_step(g, m, v, t, lr):
     return alpha * m / (np.sqrt(v) + EPS), m, v
 
 
-def _reference_muon(start, grads, kinds=_KINDS):
+def _reference_muon(start, grads, kinds=_KINDS, rms_rate=RMS_RATE):
     """Per step: the weights after it (float64), as Keras orders it: decay, then the step."""
     w = [x.astype(np.float64) for x in start]
     m = [np.zeros_like(x) for x in w]
@@ -92,7 +93,7 @@ def _reference_muon(start, grads, kinds=_KINDS):
             if decayed:
                 w[i] = w[i] - LR * WD * w[i]
             if role == "muon":
-                update, m[i] = _muon_step(g, m[i], shape2d, LR)
+                update, m[i] = _muon_step(g, m[i], shape2d, LR, rms_rate)
             else:
                 update, m[i], v[i] = _adam_step(g, m[i], v[i], t, LR)
             w[i] = w[i] - update
@@ -155,6 +156,30 @@ def test_muon_matches_its_definition(jit):
     # And the decay shows: the embedding's Adam step alone is not what it took.
     assert np.abs(want[0][3] - (start[3] - _adam_step(
         grads[0][3].astype(np.float64), 0.0, 0.0, 1, LR)[0])).max() > 100 * 1e-6
+
+
+def test_muon_rms_rate_scales_the_matrices_step_only():
+    """--muon_rms_rate reaches the optimizer from the config; the definition with that rate."""
+    import keras
+    import tensorflow as tf
+
+    start, grads = _problem(2)
+    variables = [keras.Variable(w, name=f"w{i}") for i, w in enumerate(start)]
+    optimizer = _make_muon(variables, _config(muon_rms_rate=0.5))
+    assert optimizer.rms_rate == 0.5
+    optimizer.build(variables)
+    apply = tf.function(lambda g: optimizer.apply(g, variables))
+    want = _reference_muon(start, grads, rms_rate=0.5)
+    default = _reference_muon(start, grads)
+    for step, step_grads in enumerate(grads):
+        apply([tf.constant(g) for g in step_grads])
+        for i, x in enumerate(variables):
+            np.testing.assert_allclose(x.numpy(), want[step][i], rtol=1e-5, atol=1e-6,
+                                       err_msg=f"{_KINDS[i][:2]} after step {step + 1}")
+    # The matrices moved otherwise than at the default rate; the Adam weights did not.
+    for i, (_, role, *_) in enumerate(_KINDS):
+        moved = np.abs(want[-1][i] - default[-1][i]).max()
+        assert (moved > 1e-3) if role == "muon" else (moved == 0), (i, role, moved)
 
 
 def test_two_d_matrices_step_as_keras_muon():

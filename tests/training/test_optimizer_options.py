@@ -17,6 +17,7 @@ import train as train_cli
 from training.optimizers import (
     L2,
     MIN_TRUST,
+    MUON_RMS_RATE,
     TENSOR_CLIP_NORM,
     WEIGHT_NORM_CLIP,
     OptimizerOption,
@@ -50,7 +51,8 @@ def _parse(tiny_data, tmp_path, *args):
 def test_the_table_declares_the_options_their_owners_and_help():
     assert option_owners() == {"min_trust": (MIN_TRUST, ("lamb_sharnn",)),
                                "weight_norm_clip": (WEIGHT_NORM_CLIP, ("lamb_sharnn",)),
-                               "tensor_clip_norm": (TENSOR_CLIP_NORM, ("adagrad_clip",))}
+                               "tensor_clip_norm": (TENSOR_CLIP_NORM, ("adagrad_clip",)),
+                               "muon_rms_rate": (MUON_RMS_RATE, ("muon",))}
     fv = train_cli.define_flags(flags.FlagValues())
     assert fv["min_trust"].help == (
         "[optimisation] lamb_sharnn only: floor of the trust ratio (0: none; default 0.25, "

@@ -37,7 +37,7 @@ module in this package:
 Options (`OptimizerSpec.options`): a hyper-parameter that only some optimizers
 take is an `OptimizerOption` (name, default, help, range check) in their
 entries below: lamb_sharnn's --min_trust and --weight_norm_clip,
-adagrad_clip's --tensor_clip_norm. Each is a train.py flag and a field of
+adagrad_clip's --tensor_clip_norm, muon's --muon_rms_rate. Each is a train.py flag and a field of
 `TrainConfig` of its name (`option_owners`), None in the config when not
 given (the factory then takes the option's default) and refused with another
 optimizer. An optimizer with an option of its own is one entry here, nothing
@@ -87,7 +87,7 @@ class OptimizerOption:
     def problem(self, value):
         """Why `value` is refused (the rest of a sentence after "--name=value: "), or None."""
         if value < self.minimum:
-            return f"must be >= {self.minimum:g} (0: off)"
+            return f"must be >= {self.minimum:g}" + (" (0: off)" if self.minimum == 0 else "")
         return None
 
     def value(self, config):
@@ -127,7 +127,7 @@ def _lamb_sharnn(keras, learning_rate, config, min_trust, weight_norm_clip):
         weight_norm_clip=weight_norm_clip or None)
 
 
-def _muon(keras, learning_rate, config, matrices):
+def _muon(keras, learning_rate, config, matrices, muon_rms_rate):
     from training.optimizers.muon import RoleMuon
 
     if not matrices:
@@ -135,7 +135,7 @@ def _muon(keras, learning_rate, config, matrices):
                          "OptimizerSpec.make(..., matrices=...) (training/optimizers/groups.py)")
     return RoleMuon(learning_rate=learning_rate, matrices=matrices, adam_beta_1=config.beta_1,
                     adam_beta_2=config.beta_2, epsilon=config.epsilon,
-                    weight_decay=config.weight_decay)
+                    weight_decay=config.weight_decay, rms_rate=muon_rms_rate)
 
 
 def _lion(keras, learning_rate, config):
@@ -169,6 +169,15 @@ TENSOR_CLIP_NORM = OptimizerOption(
     "tensor_clip_norm", 0.03, "each weight tensor's learning rate is scaled by min(1, this / "
     "its gradient norm), the accumulator keeping the unclipped squares (0: off; default "
     "{default}, the adaptive-span reference's --grad-clip).")
+
+
+# Muon's update scale: 0.2 makes its RMS about Adam's (Moonlight), so one learning rate
+# serves both parts; larger values step the hidden matrices further than the Adam part.
+MUON_RMS_RATE = OptimizerOption(
+    "muon_rms_rate", 0.2, "the Muon update of a hidden matrix is scaled by this x "
+    "sqrt(max(rows, cols)) x the learning rate (default {default}: its RMS about Adam's, "
+    "Moonlight's; larger steps the matrices further than the Adam-trained weights).",
+    minimum=1e-3)
 
 
 _ADAGRAD_CLIP_NOTE = (
@@ -248,11 +257,12 @@ OPTIMIZERS = {spec.name: spec for spec in (
                   "to the gradient.", _adagrad_clip, options=(TENSOR_CLIP_NORM,),
                   clip_note=_ADAGRAD_CLIP_NOTE),
     OptimizerSpec("muon", DECOUPLED, "Muon: Nesterov momentum 0.95 orthogonalised by 5 "
-                  "Newton-Schulz steps, scaled by 0.2 sqrt(max(rows, cols)) (Moonlight: Adam's "
-                  "learning rate fits), on the hidden matrices (attention kernels as "
-                  "[D, heads*head_dim]); Adam (--beta_1, --beta_2, --epsilon) on embeddings, "
-                  "softmax, biases and norms; decoupled weight decay.", _muon,
-                  takes_matrices=True),
+                  "Newton-Schulz steps, scaled by --muon_rms_rate sqrt(max(rows, cols)) "
+                  "(0.2, Moonlight's: Adam's learning rate fits), on the hidden matrices "
+                  "(attention kernels as [D, heads*head_dim]); Adam (--beta_1, --beta_2, "
+                  "--epsilon) on embeddings, softmax, biases and norms; decoupled weight "
+                  "decay.", _muon,
+                  options=(MUON_RMS_RATE,), takes_matrices=True),
     OptimizerSpec("lion", DECOUPLED, "Lion: sign of interpolated momentum (--beta_1, --beta_2; "
                   "the paper's 0.9, 0.99), decoupled weight decay. Wants a learning rate 3-10x "
                   "smaller than Adam's (and a weight decay as much larger).", _lion),
