@@ -21,26 +21,41 @@ from tests.helpers import PROJECT_ROOT  # noqa: E402
 SHIPPED_WIKITEXT2 = PROJECT_ROOT / "datasets" / "wikitext-2"
 
 
-# The longest test files, longest first: the slowest fixture or test of each, in seconds
-# on a fresh clone with two loaded cores (before the files were trimmed), then files of one
-# test that train or build in child processes. `--dist loadfile` hands files out in order
-# of their number of tests, most first, so these few-test files came last and one worker
-# ran a long one alone at the end while the other had finished: handed out first, they
-# leave the short files to fill the gaps at the end. The order of the other files is
-# xdist's. A file missing here is only scheduled less well.
+# The longest test files, longest first: the seconds of each in a full run (two workers on
+# two loaded cores: its tests' and fixtures' times among the run's 100 slowest, so a lower
+# bound), then files of one test that train or build in child processes. `--dist loadfile`
+# hands files out in order of their number of tests, most first, so these few-test files
+# came last and one worker ran a long one alone at the end while the other had finished:
+# handed out first (longest first), they leave the short files to fill the gaps at the end.
+# The order of the other files is xdist's. A file missing here is only scheduled less well.
 LONG_TEST_FILES = (
-    "tests/training/test_distributed.py",  # 183 s
-    "tests/test_notebook.py",  # 112 s
-    "tests/training/test_resume.py",  # 109 s
-    "tests/faults/test_interrupt.py",  # 77 s
-    "tests/faults/test_pipeline_interrupt.py",  # 60 s
-    "tests/experiments/test_baselines.py",  # 57 s
+    "tests/serving/test_self_contained.py",  # 334 s
+    "tests/training/test_distributed.py",  # 327 s
+    "tests/training/test_xla.py",  # 194 s
+    "tests/test_notebook.py",  # 148 s
+    "tests/training/test_resume.py",  # 124 s
+    "tests/faults/test_interrupt.py",  # 108 s
+    "tests/experiments/test_baselines.py",  # 91 s
+    "tests/faults/test_pipeline_interrupt.py",  # 90 s
+    "tests/serving/test_evaluation.py",  # 83 s
+    "tests/training/test_ema.py",  # 68 s
+    "tests/experiments/test_cost_sweep.py",  # 65 s
+    "tests/training/test_finetune.py",  # 64 s
+    "tests/model/test_presets.py",  # 62 s
+    "tests/serving/test_custom_sampler.py",  # 61 s
+    "tests/serving/test_export.py",  # 60 s
     "tests/experiments/test_frontier.py",  # 54 s
-    "tests/experiments/test_cost_sweep.py",  # 52 s
-    "tests/serving/test_self_contained.py",
-    "tests/training/test_finetune.py",
-    "tests/faults/test_multi_worker.py",
-    "tests/faults/test_build_data_interrupt.py",
+    "tests/serving/test_python_api.py",  # 50 s
+    "tests/training/test_freezing.py",  # 48 s
+    "tests/training/test_train_e2e.py",  # 45 s
+    "tests/training/test_batch_split.py",  # 41 s
+    "tests/test_generate_cli.py",  # 41 s
+    "tests/training/test_muon_lion.py",  # 41 s
+    "tests/test_pretrained.py",  # 39 s
+    "tests/training/test_horizons.py",  # 36 s
+    "tests/faults/test_multi_worker.py",  # 35 s
+    "tests/experiments/test_bench_commits.py",  # 35 s
+    "tests/faults/test_build_data_interrupt.py",  # 19 s
 )
 
 
