@@ -17,7 +17,7 @@ import math
 import numpy as np
 import pytest
 
-from tests.helpers.trainers import StopAfter, Stopped
+from tests.helpers.trainers import StopAfter, Stopped, family_config
 
 PEAK, FLOOR = 3e-3, 1e-5
 # A supernet of 2 blocks, not the tiny preset's 4, where only schedules and the
@@ -92,6 +92,35 @@ def test_short_search_caps_warmups_and_trains_the_architecture(tiny_config_facto
     text = (tmp_path / "short" / derive.ARCHITECTURE_TXT).read_text()
     assert text == metrics["architecture"] + "\n"
     assert "not a search result" not in messages
+
+
+@pytest.mark.parametrize("value", ["1", "-0.1"])
+def test_a_warm_up_fraction_outside_0_1_is_refused(tiny_data, tmp_path, value):
+    from training.setup.config import ConfigError
+
+    with pytest.raises(ConfigError, match=f"--arch_warmup_fraction={float(value)!r}: must be "
+                       r"in \[0, 1\)"):
+        family_config(tiny_data, tmp_path, "transformer_xl", f"--arch_warmup_fraction={value}")
+
+
+@pytest.mark.slow
+def test_the_architecture_warm_up_takes_the_given_fraction(tiny_config_factory, tmp_path,
+                                                           caplog):
+    """--arch_warmup_fraction=0.5: half of a 40-step run, the logits untouched until then."""
+    from training.run.loop import train
+
+    caplog.set_level(logging.INFO, logger="absl")
+    config = tiny_config_factory(tmp_path / "half", max_steps=40, arch_warmup_steps=2000,
+                                 arch_warmup_fraction=0.5, log_interval=1,
+                                 eval_max_records=2, sample_tokens=0)
+    train(config)
+    assert "architecture warm-up 20 steps (--arch_warmup_steps=2000, at most 50% of the 40 " \
+           "planned steps)" in caplog.text
+    history = json.loads((tmp_path / "half" / "arch_history.json").read_text())["entries"]
+    uniform = [e["step"] for e in history
+               if np.allclose(np.asarray(e["probs"]), 1 / 3, rtol=0, atol=1e-7)]
+    assert uniform and max(uniform) == 20, uniform  # the logits move from step 21 on
+    assert max(e["step"] for e in history) == 40
 
 
 @pytest.mark.slow

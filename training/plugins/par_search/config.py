@@ -20,7 +20,8 @@ TAU_SCHEDULES = ("exponential", "linear")
 STOP_RULES = ("frozen", "stable")
 # How the --then_retrain stage starts: fresh weights, or the supernet's.
 RETRAIN_INITS = ("scratch", "supernet")
-# The architecture warm-up is at most this fraction of the run's planned steps.
+# The architecture warm-up is at most this fraction of the run's planned steps (the
+# default of --arch_warmup_fraction).
 ARCH_WARMUP_FRACTION = 0.2
 SECTION = "search"
 # Fields a resumed run may change: whether and how it freezes blocks from now
@@ -36,8 +37,8 @@ def _field(default, help, choices=None):  # noqa: A002
 class SearchConfig(ConfigBase):
     """The architecture search's settings (training/plugins/par_search/plugin.py).
 
-    - arch_warmup_steps is a cap: at most 20% of the run's planned steps are
-      used (`ARCH_WARMUP_FRACTION`).
+    - arch_warmup_steps is a cap: at most arch_warmup_fraction (default 20%,
+      `ARCH_WARMUP_FRACTION`) of the run's planned steps are used.
     - freeze_window counts steps after the architecture warm-up.
     """
 
@@ -48,8 +49,12 @@ class SearchConfig(ConfigBase):
     tau_schedule: str = _field("exponential", "Temperature annealing.", TAU_SCHEDULES)
     tau_anneal_steps: int = _field(0, "Annealing length in steps (0: the whole run as planned "
                                    "at its first start).")
-    arch_warmup_steps: int = _field(0, "Steps before the architecture logits train (at most 20% "
-                                    "of the run's planned steps are used).")
+    arch_warmup_steps: int = _field(0, "Steps before the architecture logits train (at most "
+                                    "--arch_warmup_fraction of the run's planned steps are "
+                                    "used).")
+    arch_warmup_fraction: float = _field(
+        ARCH_WARMUP_FRACTION, "The largest fraction of the run's planned steps the architecture "
+        "warm-up may take (every candidate trains alike, the logits fixed, for that long).")
     # 1e-2, weight decay 5e-4 (PyTorch Adam semantics) as PAR and FBNet use; beta_1 0.5
     # as DARTS sets for architecture parameters.
     arch_learning_rate: float = _field(1e-2, "Adam learning rate of the architecture logits.")
@@ -117,6 +122,8 @@ class SearchConfig(ConfigBase):
         require(self.tau_end > 0, "tau_end", "must be > 0")
         for flag in ("tau_anneal_steps", "arch_warmup_steps"):
             require(getattr(self, flag) >= 0, flag, "must be >= 0")
+        require(0 <= self.arch_warmup_fraction < 1, "arch_warmup_fraction",
+                "must be in [0, 1) (a search needs steps after the warm-up to choose)")
         require(self.arch_learning_rate > 0, "arch_learning_rate", "must be > 0")
         for flag in ("arch_weight_decay", "search_cost_coef", "search_cost_target"):
             require(getattr(self, flag) >= 0, flag, "must be >= 0")
@@ -144,7 +151,7 @@ class SearchConfig(ConfigBase):
         """Checks against the run (TrainConfig `config` of `steps` planned steps) before
         any work. Raises ValueError naming the flag and the fix."""
         architecture = getattr(config.model, "architecture", None)
-        warmup_steps = min(self.arch_warmup_steps, int(ARCH_WARMUP_FRACTION * steps))
+        warmup_steps = min(self.arch_warmup_steps, int(self.arch_warmup_fraction * steps))
         stages = [flag for flag, given in (("then_retrain", self.then_retrain),
                                            ("stop_rule", self.stop_rule != "frozen")) if given]
         if stages and architecture != "supernet":

@@ -6,8 +6,8 @@ search adds to plain training (Mandava et al. 2020, arXiv 2009.04534):
   `arch_beta_1/2`), L2 decay `arch_weight_decay` added to the gradient, no
   clipping (Adam already normalises the step; clipping with the weights would
   let this gradient shrink the weights' update), updates after the
-  architecture warm-up `min(arch_warmup_steps, 20% of the planned steps)`
-  (`ARCH_WARMUP_FRACTION`; the flag is a cap, so a short run still searches);
+  architecture warm-up `min(arch_warmup_steps, arch_warmup_fraction (default
+  20%) of the planned steps)` (the flag is a cap, so a short run still searches);
 - the Gumbel-softmax temperature `tau_at(step)`, annealed over
   `tau_anneal_steps` or the planned steps, set on the model before every
   step and logged;
@@ -62,7 +62,6 @@ import tensorflow as tf
 from training.plugins.base import OptimizerGroup
 from training.plugins.par_search import derive, plots, stopping
 from training.plugins.par_search import summaries as arch_summaries
-from training.plugins.par_search.config import ARCH_WARMUP_FRACTION
 from training.plugins.par_search.costs import candidate_costs
 from training.plugins.par_search.freezing import FreezeState
 from training.plugins.par_search.report import ParSearchReport
@@ -90,7 +89,7 @@ class ParSearch(ParSearchReport):
         self.searching = "arch" in model.variable_groups()
         self._tau_steps = config.search.tau_anneal_steps or horizon
         self.arch_warmup_steps = capped_warmup(config.search.arch_warmup_steps, horizon,
-                                               ARCH_WARMUP_FRACTION)
+                                               config.search.arch_warmup_fraction)
         self._tau = None
         self._optimizer = None
         self._costs = None
@@ -117,7 +116,8 @@ class ParSearch(ParSearchReport):
             self._read_freeze_state()
             logging.info("architecture warm-up %d steps (--arch_warmup_steps=%d, at most %d%% of "
                          "the %d planned steps)", self.arch_warmup_steps,
-                         config.search.arch_warmup_steps, round(100 * ARCH_WARMUP_FRACTION),
+                         config.search.arch_warmup_steps,
+                         round(100 * config.search.arch_warmup_fraction),
                          horizon)
         if self.freezing:
             logging.info("progressive freezing: a block is frozen to its choice once its "
