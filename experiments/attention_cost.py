@@ -25,13 +25,13 @@ nothing measured).
 """
 
 import argparse
-import json
 import os
 import sys
 
 from bench import common  # no TensorFlow
 from experiments import block_times
 from runstore import run_dir
+from training.setup.config import PRECISIONS
 
 MODULE = "experiments.attention_cost"
 # Attention/dense/identity counts that separate the three unknowns (a+f=6 alone would be
@@ -68,8 +68,7 @@ def parse_args(argv):
                         help="interleaved rounds per memory length")
     parser.add_argument("--sample_seconds", type=float, default=1.0,
                         help="length of one sample of one network")
-    parser.add_argument("--precision", default="float32",
-                        choices=("float32", "mixed_bfloat16", "mixed_float16"))
+    parser.add_argument("--precision", default="float32", choices=PRECISIONS)
     parser.add_argument("--out", default="", help="JSON file to write (default: none)")
     args = parser.parse_args(argv)
     args.mem_lens = _ints("--mem_lens", args.mem_lens)
@@ -145,7 +144,7 @@ def main(argv=None):
                       cpus=sorted(os.sched_getaffinity(0)), points=list(POINTS),
                       batch_size=BATCH, seq_len=SEQ_LEN, precision=args.precision, rows=rows)
         try:
-            run_dir.atomic_write(args.out, json.dumps(result, indent=2) + "\n")
+            run_dir.atomic_write_json(args.out, result, sort_keys=False)
         except (OSError, run_dir.WriteError) as error:
             print(f"error: {args.out}: {error}", file=sys.stderr)
             return 1

@@ -121,10 +121,23 @@ def test_matrix_shape_is_the_most_nearly_square_split():
         matrix_shape((5,))
 
 
+def _check_steps(optimizer, variables, grads, want, jit=False):
+    """Applies `grads` step by step (compiled; with XLA if `jit`) and checks every weight
+    against `want` (per step, the reference's weights) after every step."""
+    import tensorflow as tf
+
+    optimizer.build(variables)
+    apply = tf.function(lambda g: optimizer.apply(g, variables), jit_compile=jit)
+    for step, step_grads in enumerate(grads):
+        apply([tf.constant(g) for g in step_grads])
+        for i, x in enumerate(variables):
+            np.testing.assert_allclose(x.numpy(), want[step][i], rtol=1e-5, atol=1e-6,
+                                       err_msg=f"{_KINDS[i][:2]} after step {step + 1}")
+
+
 @pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
 def test_muon_matches_its_definition(jit):
     import keras
-    import tensorflow as tf
 
     from training.optimizers.muon import RoleMuon
 
@@ -132,14 +145,8 @@ def test_muon_matches_its_definition(jit):
     variables = [keras.Variable(w, name=f"w{i}") for i, w in enumerate(start)]
     optimizer = _make_muon(variables)
     assert type(optimizer) is RoleMuon
-    optimizer.build(variables)
-    apply = tf.function(lambda g: optimizer.apply(g, variables), jit_compile=jit)
     want = _reference_muon(start, grads)
-    for step, step_grads in enumerate(grads):
-        apply([tf.constant(g) for g in step_grads])
-        for i, x in enumerate(variables):
-            np.testing.assert_allclose(x.numpy(), want[step][i], rtol=1e-5, atol=1e-6,
-                                       err_msg=f"{_KINDS[i][:2]} after step {step + 1}")
+    _check_steps(optimizer, variables, grads, want, jit)
     # Adam's second moments exist exactly for the weights that are not matrices.
     velocities = [optimizer.adam_velocities[optimizer._get_variable_index(x)] for x in variables]
     assert [v is None for v in velocities] == [kind[1] == "muon" for kind in _KINDS]
@@ -161,21 +168,14 @@ def test_muon_matches_its_definition(jit):
 def test_muon_rms_rate_scales_the_matrices_step_only():
     """--muon_rms_rate reaches the optimizer from the config; the definition with that rate."""
     import keras
-    import tensorflow as tf
 
     start, grads = _problem(2)
     variables = [keras.Variable(w, name=f"w{i}") for i, w in enumerate(start)]
     optimizer = _make_muon(variables, _config(muon_rms_rate=0.5))
     assert optimizer.rms_rate == 0.5
-    optimizer.build(variables)
-    apply = tf.function(lambda g: optimizer.apply(g, variables))
     want = _reference_muon(start, grads, rms_rate=0.5)
     default = _reference_muon(start, grads)
-    for step, step_grads in enumerate(grads):
-        apply([tf.constant(g) for g in step_grads])
-        for i, x in enumerate(variables):
-            np.testing.assert_allclose(x.numpy(), want[step][i], rtol=1e-5, atol=1e-6,
-                                       err_msg=f"{_KINDS[i][:2]} after step {step + 1}")
+    _check_steps(optimizer, variables, grads, want)
     # The matrices moved otherwise than at the default rate; the Adam weights did not.
     for i, (_, role, *_) in enumerate(_KINDS):
         moved = np.abs(want[-1][i] - default[-1][i]).max()
