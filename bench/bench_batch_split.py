@@ -70,6 +70,7 @@ def _rss_bytes():
 
 def child(args):
     """Measures one K in this (fresh) process; prints one JSON line."""
+    common.keep_cpu_allocator_stats()  # before TensorFlow starts (its memory statistics)
     import resource
 
     import keras

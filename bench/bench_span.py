@@ -35,12 +35,13 @@ import statistics
 import sys
 import tempfile
 
-import tensorflow as tf
+from bench import common
 
-from bench import (
-    bench_train,  # sets the TensorFlow log level, imports TensorFlow
-    common,
-)
+common.keep_cpu_allocator_stats()  # before TensorFlow starts
+
+import tensorflow as tf  # noqa: E402
+
+from bench import bench_train  # noqa: E402  (sets the TensorFlow log level)
 
 LEARNED, FIXED, MAXIMUM = "adaptive span (learned)", "fixed span", "adaptive span (maximum)"
 
@@ -91,9 +92,7 @@ def set_spans(model, spans):
 
 def peak_bytes(case):
     """CPU allocator peak during one steady-state step of `case`."""
-    tf.config.experimental.reset_memory_stats("CPU:0")
-    case.run(1)
-    return int(tf.config.experimental.get_memory_info("CPU:0")["peak"])
+    return common.cpu_peak_bytes(tf, lambda: case.run(1))
 
 
 def measure(model_config, spans, batch_size, seq_len, rounds, sample_seconds, precision):
@@ -184,8 +183,12 @@ def main(argv=None):
     seq_len = args.seq_len or config.seq_len
     precision = args.precision or config.precision
     load_start = common.loadavg()
-    rows = measure(config.model, spans, batch_size, seq_len, args.rounds, args.sample_seconds,
-                   precision)
+    try:
+        rows = measure(config.model, spans, batch_size, seq_len, args.rounds,
+                       args.sample_seconds, precision)
+    except RuntimeError as error:  # no allocator statistics (bench.common.cpu_peak_bytes)
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     load_end = common.loadavg()
     table = markdown_table(rows, command, config, batch_size, seq_len)
     print(f"\n{table}\n", flush=True)

@@ -45,6 +45,38 @@ def start(module, parse_args, argv=None):
     return args, command
 
 
+# TensorFlow's CPU allocator keeps the statistics the memory benchmarks read
+# (tf.config.experimental.get_memory_info("CPU:0")) only when it is a BFC allocator: with
+# oneDNN, which TensorFlow turns on by itself on CPUs with AVX-512 VNNI, bfloat16 or AMX,
+# or with this variable, read when TensorFlow starts. On an AVX2-only CPU neither holds
+# unless the variable is set; it changes where tensors are allocated, not what is computed.
+CPU_ALLOCATOR_STATS = ("TF_CPU_ALLOCATOR_USE_BFC", "true")
+
+
+def keep_cpu_allocator_stats():
+    """Asks for the CPU allocator's statistics; call it before TensorFlow is imported."""
+    os.environ.setdefault(*CPU_ALLOCATOR_STATS)
+
+
+def cpu_peak_bytes(tf, run):
+    """The CPU allocator's peak bytes while `run()` runs.
+
+    Raises:
+        RuntimeError: TensorFlow keeps no statistics in this process (it started without
+            CPU_ALLOCATOR_STATS), with the fix.
+    """
+    try:
+        tf.config.experimental.reset_memory_stats("CPU:0")
+    except ValueError as error:
+        raise RuntimeError(
+            f"TensorFlow keeps no CPU allocator statistics in this process ({error}): start "
+            f"it with {'='.join(CPU_ALLOCATOR_STATS)} in the environment (the memory "
+            "benchmarks set it themselves unless TensorFlow was imported before them)"
+        ) from None
+    run()
+    return int(tf.config.experimental.get_memory_info("CPU:0")["peak"])
+
+
 def run_child(module, args, env=None):
     """Runs `python -m <module> <args>` from the project root; returns its RESULT line's JSON.
 

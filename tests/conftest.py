@@ -13,6 +13,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # tests (and their children, which inherit this) send it to a closed loopback
 # port instead, so that nothing leaves the machine.
 os.environ.setdefault("GCE_METADATA_IP", "127.0.0.1:9")
+# The memory benchmarks read TensorFlow's CPU allocator statistics, which it keeps on an
+# AVX2-only CPU only with this set before it starts (bench/common.py); the tests import
+# them after TensorFlow has started, so the whole session asks for them.
+os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 
 import pytest
 

@@ -191,3 +191,22 @@ def test_run_child_runs_a_module_from_the_root_and_reads_its_result(tmp_path):
         "args": ["--k=2", "3"], "value": 1.5}
     with pytest.raises(RuntimeError, match="(?s)exit 1.*child went wrong"):
         common.run_child("fake_bench_child", ["fail"], env=env)
+
+
+def test_cpu_peak_bytes_reads_the_allocator_or_names_the_fix():
+    import tensorflow as tf
+
+    # The session asks for the statistics (tests/conftest.py): a step's peak is counted.
+    size = 1 << 20
+    peak = common.cpu_peak_bytes(tf, lambda: tf.reduce_sum(tf.ones([size])).numpy())
+    assert peak >= 4 * size
+
+    class NoStats:  # TensorFlow as it is on an AVX2-only CPU started without the variable
+        class config:  # noqa: N801
+            class experimental:  # noqa: N801
+                @staticmethod
+                def reset_memory_stats(device):
+                    raise ValueError(f"Cannot reset memory stats for device '{device}'")
+
+    with pytest.raises(RuntimeError, match="TF_CPU_ALLOCATOR_USE_BFC=true in the environment"):
+        common.cpu_peak_bytes(NoStats, lambda: None)

@@ -22,7 +22,8 @@ from tests.helpers.trainers import SPAN_TINY
 STEPS = 5
 # One config for all: no dropout (replicas would draw the same masks for their
 # rows, one device draws one mask for all rows), L2 decay, arch warmup.
-_TRAIN_FLAGS = ["--learning_rate=3e-3", "--clip_norm=0.5",
+_RATE = 3e-3
+_TRAIN_FLAGS = [f"--learning_rate={_RATE:g}", "--clip_norm=0.5",
                 "--weight_decay=0.01", "--arch_warmup_steps=1", "--eval_mem_len=8",
                 f"--max_steps={STEPS}", "--log_interval=1", "--eval_max_records=4",
                 "--sample_tokens=0", "--deterministic"]
@@ -50,6 +51,8 @@ _FAMILY_FLAGS = {
 # before it, the evaluations read the weights), and their model is the Transformer-XL
 # family's, which is checked on all of them.
 _STEPS_ONLY = ("transformer_xl_lion", "transformer_xl_muon")
+# Optimizers whose step is a sign (see test_mirrored_two_cpu_replicas_equals_default).
+_SIGN_UPDATES = ("transformer_xl_lion",)
 _FULL_FAMILIES = tuple(sorted(set(_FAMILY_FLAGS) - set(_STEPS_ONLY)))
 # The families the multi-worker workers train too. An optimizer's update is the same code
 # under either strategy (the gradients arrive summed over replicas or over workers): the
@@ -123,6 +126,11 @@ def compare(family, flag_list, full):
                                     for k, v in compared.items()}
             row[prefix + "scale"] = {k: max(float(np.max(np.abs(x))) for x in v[0])
                                      for k, v in compared.items()}
+            # Elements further apart than the test's tolerance, and all elements.
+            row[prefix + "off"] = {
+                k: sum(int(np.sum(np.abs(x - y) > 1e-5 * max(row[prefix + "scale"][k], 1.0)))
+                       for x, y in zip(*v)) for k, v in compared.items()}
+            row[prefix + "size"] = {k: sum(x.size for x in v[0]) for k, v in compared.items()}
         report["steps"].append(row)
     os.makedirs(f"{root}/{family}", exist_ok=True)
     np.savez(f"{root}/{family}/default_weights.npz", *[np.asarray(v) for v in one.model.variables])
@@ -255,6 +263,15 @@ def test_mirrored_two_cpu_replicas_equals_default(distributed_runs, family):
         # Weights, Adam moments (a doubled gradient sum would show here even
         # though Adam's step hardly changes) and the memories of both replicas.
         for key, diff in step["diff"].items():
+            if family in _SIGN_UPDATES and key == "weights":
+                # Lion steps by the sign of its momentum: a gradient that is zero up to
+                # rounding (a bias feeding a layer norm, which cancels it) takes a full
+                # step of either sign, whichever order the replicas' sum took. A few
+                # such elements may differ, by at most the 2 learning rates of a flip
+                # per step; the moments (no sign) and the memories must still agree.
+                assert step["off"][key] <= 1e-3 * step["size"][key], (key, step["off"])
+                assert diff <= 2 * _RATE * len(report["steps"]), (key, diff)
+                continue
             assert diff <= 1e-5 * max(step["scale"][key], 1.0), (key, diff)
 
 
