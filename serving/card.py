@@ -48,7 +48,7 @@ SAVED_MODEL_CARD = "README.md"
 # The trainer's settings a card names in its training section (the rest: the whole config).
 TRAINING_SETTINGS = ("preset", "optimizer", "learning_rate", "lr_schedule", "warmup_steps",
                      "min_lr", "weight_decay", "clip_norm", "batch_size", "seq_len", "epochs",
-                     "max_steps", "precision", "eval_mem_len")
+                     "max_steps", "ema_decay", "precision", "eval_mem_len")
 INTENDED_USE = (
     "A small research model, trained on the data above only. It continues text like its "
     "training data (English text of that kind) and is meant for trying the project's "

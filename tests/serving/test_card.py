@@ -79,6 +79,11 @@ def test_the_card_states_the_runs_recorded_figures_and_parameters(exported):
     assert "checkpoint `best/ckpt-4`, step 4" in card
     assert "Time: the 4 logged steps took about" in card
     assert "not recorded" in card  # the training command: the run does not record it
+    # The settings line names the averaging of the weights the figures were evaluated with.
+    with open(model_dir / "config.json", encoding="utf-8") as f:
+        ema_decay = json.load(f)["ema_decay"]
+    settings = next(line for line in card.splitlines() if line.startswith("Main settings: "))
+    assert f"ema_decay={json.dumps(ema_decay)}" in settings, settings
     assert card.rstrip().endswith("says little about other text.")
 
 
