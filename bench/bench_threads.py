@@ -10,7 +10,10 @@ and the derived fixed network `aaafaf` in float32):
   * mirrored 2: `--strategy=mirrored --num_cpu_replicas=2` (two logical CPU
     replicas, each half the batch);
   * one core: the default pools with the process pinned to one core (`taskset`),
-    how the long runs of docs/results were made.
+    how the long runs of docs/results were made;
+  * oneDNN, on both cores and on one: TF_ENABLE_ONEDNN_OPTS=1 in the process's
+    environment. TensorFlow turns oneDNN on by itself only on CPUs with AVX-512
+    VNNI, bfloat16 or AMX, so on an AVX2-only CPU the default runs without it.
 
 Reports, per case, the median tokens/s of each setting over its processes and the
 ratio to the default setting's median (a setting is worth an option when it gains
@@ -34,24 +37,31 @@ from bench import common
 CASES = "wt2_base soft search float32,wt2_base hard search float32,wt2_base derived aaafaf float32"
 
 
+ONEDNN = {"TF_ENABLE_ONEDNN_OPTS": "1"}
+
+
 def settings(cores):
-    """name -> (bench_train flags, cores to pin to or None) of every setting."""
+    """name -> (bench_train flags, cores to pin to or None, environment additions)."""
     one = [cores[-1]]
     return {
-        "default": ([], None),
-        "intra 1 / inter 1": (["--intra_op_threads", 1, "--inter_op_threads", 1], None),
-        "intra 2 / inter 1": (["--intra_op_threads", 2, "--inter_op_threads", 1], None),
-        "intra 1 / inter 2": (["--intra_op_threads", 1, "--inter_op_threads", 2], None),
-        "mirrored 2 CPU replicas": (["--num_cpu_replicas", 2], None),
-        f"one core ({one[0]})": ([], one),
+        "default": ([], None, {}),
+        "intra 1 / inter 1": (["--intra_op_threads", 1, "--inter_op_threads", 1], None, {}),
+        "intra 2 / inter 1": (["--intra_op_threads", 2, "--inter_op_threads", 1], None, {}),
+        "intra 1 / inter 2": (["--intra_op_threads", 1, "--inter_op_threads", 2], None, {}),
+        "mirrored 2 CPU replicas": (["--num_cpu_replicas", 2], None, {}),
+        f"one core ({one[0]})": ([], one, {}),
+        "oneDNN on": ([], None, ONEDNN),
+        f"oneDNN on, one core ({one[0]})": ([], one, ONEDNN),
     }
 
 
-def run_setting(flags, pin, args, out):
-    """Runs bench_train once with `flags`, pinned to `pin` if given; returns its result JSON."""
+def run_setting(flags, pin, args, out, env=None):
+    """Runs bench_train once with `flags`, pinned to `pin` if given, with `env` added to the
+    environment; returns its result JSON."""
     argv = [sys.executable, "-m", "bench.bench_train", "--only", args.cases,
             "--rounds", args.rounds, "--sample_seconds", args.sample_seconds, "--out", out, *flags]
     proc = subprocess.run(list(map(str, argv)), cwd=common.ROOT, capture_output=True, text=True,
+                          env=dict(os.environ, **(env or {})),
                           preexec_fn=(lambda: os.sched_setaffinity(0, pin)) if pin else None)
     if proc.returncode:
         raise RuntimeError(f"{' '.join(map(str, argv))} failed (exit {proc.returncode}):\n"
@@ -105,9 +115,9 @@ def main(argv=None):
         for repeat in range(args.repeats):
             order = names if repeat % 2 == 0 else names[::-1]
             for name in order:
-                flags, pin = table[name]
+                flags, pin, env = table[name]
                 out = os.path.join(tmp, "run.json")
-                results[name].append(run_setting(flags, pin, args, out))
+                results[name].append(run_setting(flags, pin, args, out, env))
                 tps = ", ".join(f"{r['name']} {r['tokens_per_sec']:.0f}"
                                 for r in results[name][-1]["rows"])
                 print(f"repeat {repeat + 1}/{args.repeats} {name}: {tps} tokens/s", flush=True)
@@ -122,8 +132,8 @@ def main(argv=None):
                  f"cores usable: {cores}. Command: `{command}`")
     print(f"\n{markdown}")
     result = dict(machine=common.machine_info(load_start, load_end), rows=rows,
-                  settings={name: dict(flags=list(map(str, table[name][0])), pin=table[name][1])
-                            for name in names},
+                  settings={name: dict(flags=list(map(str, table[name][0])), pin=table[name][1],
+                                       env=table[name][2]) for name in names},
                   processes={name: [dict(threads=run["threads"], rows=[
                       dict(name=r["name"], tokens_per_sec=r["tokens_per_sec"],
                            samples_s=r["samples_s"]) for r in run["rows"]],

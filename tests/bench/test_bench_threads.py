@@ -7,10 +7,28 @@ from bench import bench_threads
 
 def test_settings_cover_the_thread_pools_replicas_and_one_pinned_core():
     table = bench_threads.settings([0, 1])
-    assert list(table)[0] == "default" and table["default"] == ([], None)
+    assert list(table)[0] == "default" and table["default"] == ([], None, {})
     assert table["intra 1 / inter 2"][0] == ["--intra_op_threads", 1, "--inter_op_threads", 2]
     assert table["mirrored 2 CPU replicas"][0] == ["--num_cpu_replicas", 2]
-    assert table["one core (1)"] == ([], [1])
+    assert table["one core (1)"] == ([], [1], {})
+    assert table["oneDNN on"] == ([], None, {"TF_ENABLE_ONEDNN_OPTS": "1"})
+    assert table["oneDNN on, one core (1)"] == ([], [1], {"TF_ENABLE_ONEDNN_OPTS": "1"})
+
+
+def test_a_setting_s_environment_reaches_its_process(tmp_path, monkeypatch):
+    seen = {}
+
+    def fake_run(argv, env=None, preexec_fn=None, **_):
+        seen.update(env=env, pinned=preexec_fn is not None)
+        (tmp_path / "run.json").write_text('{"rows": []}')
+        return type("Done", (), {"returncode": 0})()
+
+    monkeypatch.setattr(bench_threads.subprocess, "run", fake_run)
+    args = bench_threads.parse_args([])
+    flags, pin, env = bench_threads.settings([0])["oneDNN on, one core (0)"]
+    assert bench_threads.run_setting(flags, pin, args, str(tmp_path / "run.json"), env) == \
+        {"rows": []}
+    assert seen["env"]["TF_ENABLE_ONEDNN_OPTS"] == "1" and seen["pinned"]
 
 
 def _run(**tokens_per_sec):
