@@ -14,11 +14,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # port instead, so that nothing leaves the machine.
 os.environ.setdefault("GCE_METADATA_IP", "127.0.0.1:9")
 # The memory benchmarks read TensorFlow's CPU allocator statistics, which it keeps on an
-# AVX2-only CPU only with this set before it starts (bench/common.py); the tests import
-# them after TensorFlow has started, so the whole session asks for them.
-os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
+# AVX2-only CPU only when asked before it starts; the tests import them after TensorFlow
+# has started, so the whole session asks for them (bench/common.py, no TensorFlow).
+from bench import common as _bench_common  # noqa: E402
 
-import pytest
+_bench_common.keep_cpu_allocator_stats()
+
+import pytest  # noqa: E402
 
 from tests.helpers import PROJECT_ROOT  # noqa: E402
 
