@@ -109,6 +109,12 @@ RUNS_TABLE = {run.name: run for run in (
         "update scale 0.3 (the matrices' step 1.5x the Adam part's)",
         ("--epochs=9", "--optimizer=muon", "--learning_rate=2e-3", "--muon_rms_rate=0.3",
          "--eval_interval=2726", "--checkpoint_interval=2726")),
+    # On a CPU with bfloat16 instructions (AVX512_BF16) a Muon step in mixed bfloat16 runs
+    # about 1.4x the float32 one: the lever's price in quality.
+    Run("e9_muon_lr2e3_bf16", "Muon, learning rate 2e-3, dropout 0.1, 9 epochs, mixed "
+        "bfloat16", ("--epochs=9", "--optimizer=muon", "--learning_rate=2e-3",
+                     "--precision=mixed_bfloat16", "--eval_interval=2726",
+                     "--checkpoint_interval=2726")),
     # The fast recipe at its full length on one core: its quality (the record's wall
     # time needs both cores).
     Run("fast_seed0_one_core", "--recipe=fast at its full length, one core",
