@@ -17,7 +17,7 @@ ENTRY_POINTS = [
     "experiments.bench_commits", "experiments.bench_commits_worker",
     "experiments.baselines", "experiments.compare_families", "experiments.cost_sweep",
     "experiments.attention_cost", "experiments.frontier", "experiments.jargon_text",
-    "experiments.settle",
+    "experiments.screen", "experiments.settle",
     "experiments.span_fidelity", "experiments.speedrun",
     "tools.bench_tables", "tools.collect_run", "tools.flags_doc", "tools.freeze_replay",
     "tools.function_lengths",

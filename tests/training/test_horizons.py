@@ -4,6 +4,8 @@ derivations from untrained architecture logits flagged.
 - A run stopped at step 10 of 20 and resumed with --max_steps=40 takes steps
   11-20 with the learning rate and temperature of the uninterrupted 20-step
   run (the cosine and tau horizons stay at 20), then holds min_lr and tau_end.
+- A run planned for 20 steps (--plan_steps) and stopped at 10 is the first 10 steps of
+  the 20-step run, and resumed to 20 it is that run, loss for loss.
 - base_model.sh's warm-ups (1,000 lr, 2,000 architecture steps) on a 40-step
   run are capped at 10% and 20% (4 and 8 steps), so the short run searches.
 - A derivation from untrained logits says so: WARNING, first line of
@@ -63,6 +65,43 @@ def test_resume_with_more_steps_keeps_lr_and_tau(tiny_config_factory, tmp_path):
     for step in range(22, 41):  # past the planned end: the floors, no jump
         assert got[step]["lr"] == pytest.approx(FLOOR, rel=1e-5)
         assert got[step]["tau"] == pytest.approx(0.1, rel=1e-5)
+
+
+@pytest.mark.slow
+def test_a_run_planned_longer_is_the_beginning_of_that_run(tiny_config_factory, tmp_path):
+    """--plan_steps=20 with --max_steps=10: steps 1-10 of the 20-step run (its warm-ups,
+    learning rate, temperature and losses), and resumed with --max_steps=20 the rest."""
+    from training.run.checkpoint import saved_horizon
+    from training.run.loop import train
+
+    common = dict(warmup_steps=4, min_lr=FLOOR, learning_rate=PEAK, log_interval=1,
+                  checkpoint_interval=10, eval_max_records=2, sample_tokens=0,
+                  arch_warmup_steps=4, **_TWO_BLOCKS)
+    reference = tiny_config_factory(tmp_path / "reference", max_steps=20, **common)
+    want_metrics = train(reference)
+    begun = tiny_config_factory(tmp_path / "begun", max_steps=10, plan_steps=20, **common)
+    first = train(begun)
+    assert first["step"] == 10 and first["planned_steps"] == 20
+    assert saved_horizon(begun.model_dir) == 20
+    metrics = train(begun.replace(max_steps=20, plan_steps=0))
+    assert metrics["step"] == 20
+
+    want, got = _log(reference.model_dir), _log(begun.model_dir)
+    assert sorted(got) == sorted(want) == list(range(1, 21))
+    for step in range(1, 21):
+        for key in ("lr", "tau", "loss"):
+            assert got[step][key] == want[step][key], (step, key)
+    assert metrics["last"]["valid"]["nll"] == want_metrics["last"]["valid"]["nll"]
+
+
+def test_a_plan_shorter_than_the_run_is_refused(tiny_config_factory, tmp_path):
+    from training.run.loop import train
+    from training.setup.config import ConfigError
+
+    config = tiny_config_factory(tmp_path / "run", max_steps=20, plan_steps=10)
+    with pytest.raises(ConfigError, match=r"--plan_steps=10 .* at least 20"):
+        train(config)
+    assert not (tmp_path / "run" / "config.json").exists()
 
 
 @pytest.mark.slow

@@ -45,8 +45,8 @@ def cut_short_note(step, planned):
     """The line that says a run stopped before the end of its planned schedules."""
     return (f"cut short: stopped at step {step} of the {planned} steps its schedules were "
             "planned for at its first start (the learning rate, the temperature and the "
-            "warm-ups did not finish their curves); run it again with the --epochs/--max_steps "
-            "of its first start to finish the plan")
+            f"warm-ups did not finish their curves); run it again with --max_steps={planned} "
+            "(or the --epochs of that length) to finish the plan")
 
 
 def _result_lines(config, results):

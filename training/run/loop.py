@@ -190,8 +190,10 @@ def _train_one(config, callbacks, strategy, overwrite, stop, command):
             _copy_tokenizer(config.data_dir, meta, config.model_dir)
         resume_from = _resume_point(config, meta, chief) if resume else None
         policy = keras.mixed_precision.global_policy()
-        # A resumed run keeps the horizon it started with (lr, tau, warm-ups).
-        horizon = checkpoint_lib.saved_horizon(resume_from) if resume_from else None
+        # A resumed run keeps the horizon it started with (lr, tau, warm-ups); a first
+        # start plans for --plan_steps when given.
+        horizon = (checkpoint_lib.saved_horizon(resume_from) if resume_from
+                   else config.plan_steps or None)
         try:
             trainer = Trainer(config, meta, strategy, tokenizer, horizon=horizon)
             return (RunLoop(trainer, logdir, chief, callbacks, resume_from, stop).run(),

@@ -25,7 +25,7 @@ RESUMABLE_FIELDS = frozenset({
     "epochs", "max_steps", "eval_interval", "eval_max_records", "eval_mem_len",
     "sample_tokens", "checkpoint_interval", "keep_checkpoints", "log_interval",
     "logdir", "batch_split", "checkpoint_every_minutes", "on_nonfinite", "max_nonfinite_steps",
-    "early_stop",
+    "early_stop", "plan_steps",
 })
 
 
@@ -72,8 +72,14 @@ def check_data(config, meta):
         raise ConfigError(
             f"the model's vocab_size={config.model.vocab_size} differs from {where} "
             f"(vocab_size={vocab}); vocab_size always comes from the data")
-    # The plug-ins' sections check what depends on the run's length and model.
     steps = total_steps(config, meta["splits"]["train"]["records"])
+    if config.plan_steps and config.plan_steps < steps:
+        raise ConfigError(
+            f"--plan_steps={config.plan_steps} plans the schedules for fewer steps than the "
+            f"run takes ({steps}): give --plan_steps of at least {steps} (the longer run this "
+            "one begins), or drop it")
+    # The plug-ins' sections check what depends on the run's planned length and model.
+    steps = config.plan_steps or steps
     for section in config.sections.values():
         check = getattr(section, "check_run", None)
         if check is not None:

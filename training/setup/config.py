@@ -187,6 +187,12 @@ class TrainConfig(ConfigBase):
     max_steps: int = _field(
         0, "run length", "Total training steps (0: --epochs). A resumed run may change it "
         "(and --epochs): it stops elsewhere, the schedules stay as planned at the first start.")
+    plan_steps: int = _field(
+        0, "run length", "Plan the schedules (learning rate and its warm-up, the search's "
+        "temperature and warm-up) for this many steps instead of the run's own length (0: its "
+        "length): a run stopped earlier by --max_steps is the first steps of that longer run, "
+        "and resuming it with the longer length continues it exactly. Only read at the first "
+        "start.")
     # Evaluation.
     eval_interval: int = _field(1000, "evaluation", "Evaluate on valid every this many steps "
                                 "(0: only at the end).")
@@ -301,7 +307,7 @@ class TrainConfig(ConfigBase):
         require(not self.early_stop or self.eval_interval > 0, "early_stop",
                 "counts evaluations every --eval_interval steps: give --eval_interval > 0")
         for flag in ("warmup_steps", "decay_steps",
-                     "max_steps", "eval_interval", "eval_max_records", "sample_tokens",
+                     "max_steps", "plan_steps", "eval_interval", "eval_max_records", "sample_tokens",
                      "checkpoint_interval", "num_cpu_replicas", "intra_op_threads",
                      "inter_op_threads"):
             require(getattr(self, flag) >= 0, flag, "must be >= 0")

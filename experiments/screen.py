@@ -1,0 +1,179 @@
+"""Settle finished PAR searches that disagree by short retrains of their candidates.
+
+Every candidate architecture (the runs' derived architectures, then --extra's) is
+trained from scratch with the retrain's recipe and seed (the first run's) for the
+first --screen_steps of its own schedule (planned for the whole retrain,
+--plan_steps), into --out_dir/<architecture>; the pick is the architecture of the
+lowest valid NLL at that step (ties: the first listed)
+(training/plugins/par_search/screen.py). With --finish the pick's screen is resumed
+to the retrain's whole length: the same run a retrain from scratch would have been,
+for the candidates' screens only.
+
+Usage (from the project root, after the searches):
+    python -m experiments.screen --runs=runs/s0,runs/s1,runs/s2 --screen_steps=2726 \
+        --retrain_epochs=20 --out_dir=runs/screen [--finish]
+Results: --out_dir/screen.json (runs, derived, architectures, screen_steps,
+planned_steps, valid_nll, valid_ppl, pick, seed, the finished retrain's best valid and
+test figures with --finish, command), written whole, and a Markdown table on stdout.
+Running it again resumes the screen (and the retrain) it was in. Exit status 0 done, 1
+training or the write failed, 2 bad input (one `error:` line; nothing trained).
+"""
+
+import argparse
+import math
+import os
+import sys
+
+from bench import common  # no TensorFlow
+import pardata.quiet  # noqa: F401  (TensorFlow start-up noise; before TF is imported)
+from runstore import run_dir
+from training.plugins.par_search import screen, settle
+
+MODULE = "experiments.screen"
+
+
+class UsageError(ValueError):
+    """Bad flags, found before any work: one line naming the flag and the fix."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(message)
+
+
+def _names(text):
+    return [item.strip() for item in str(text).split(",") if item.strip()]
+
+
+def parse_args(argv):
+    """Parsed flags (runs and extra as lists); UsageError naming the flag otherwise."""
+    parser = _Parser(prog=f"python -m {MODULE}", description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", required=True,
+                        help="comma-separated directories of finished searches (supernets of "
+                        "one size, candidates and data); the first gives recipe and seed")
+    parser.add_argument("--extra", default="",
+                        help="comma-separated architectures to screen too (a/f/i strings or "
+                        "transformer_xl), after the runs' derived ones")
+    parser.add_argument("--screen_steps", type=int, required=True,
+                        help="steps of each screen (e.g. one epoch)")
+    parser.add_argument("--retrain_epochs", type=int, default=0,
+                        help="the retrain's length in epochs (0: the first search's own "
+                        "--retrain_epochs, recipe or length)")
+    parser.add_argument("--out_dir", required=True,
+                        help="each screen trains in <out_dir>/<architecture>; screen.json")
+    parser.add_argument("--finish", action="store_true",
+                        help="resume the pick's screen to the retrain's whole length")
+    args = parser.parse_args(argv)
+    args.runs, args.extra = _names(args.runs), _names(args.extra)
+    if not args.runs:
+        raise UsageError("--runs is empty: give the directories of finished searches, "
+                         "e.g. --runs=runs/s0,runs/s1")
+    if args.retrain_epochs < 0:
+        raise UsageError(f"--retrain_epochs={args.retrain_epochs} must be >= 0 (0: the "
+                         "search's own length)")
+    if os.path.isfile(args.out_dir):
+        raise UsageError(f"--out_dir={args.out_dir} is a file: give a directory")
+    problem = run_dir.unwritable(os.path.join(args.out_dir, screen.SCREEN_FILE))
+    if problem:
+        cause, fix = run_dir.reason_and_fix(problem, args.out_dir)
+        raise UsageError(f"--out_dir={args.out_dir}: cannot write there: {cause}; {fix}")
+    return args
+
+
+def markdown_table(result):
+    """architecture x (valid NLL and perplexity at the screen's step, derived by); pick."""
+    lines = ["| architecture | valid NLL | valid ppl | derived by |", "|---|---:|---:|---|"]
+    for arch in result["architectures"]:
+        derived_by = ", ".join(os.path.basename(run) for run in result["runs"]
+                               if result["derived"][run] == arch) or "-"
+        name = f"**{arch}** (pick)" if arch == result["pick"] else arch
+        nll = result["valid_nll"][arch]
+        lines.append(f"| {name} | {nll:.4f} | {math.exp(nll):.2f} | {derived_by} |")
+    lines.append(f"\nValid at step {result['screen_steps']} of {result['planned_steps']} "
+                 f"(seed {result['seed']}); pick: {result['pick']}.")
+    return "\n".join(lines)
+
+
+def _train_screens(configs):
+    """{architecture: valid NLL at the screen's last step} (each screen trained or resumed)."""
+    from training.run.loop import train
+
+    nll = {}
+    for arch, config in configs.items():
+        print(f"screen {arch}: {config.model_dir}, {config.max_steps} of "
+              f"{config.plan_steps} planned steps", flush=True)
+        nll[arch] = float(train(config)["last"]["valid"]["nll"])
+    return nll
+
+
+def _finish(config):
+    """The pick's retrain resumed to its end: its best step, valid and test figures."""
+    from training.run.loop import train
+
+    final = screen.finish_config(config)
+    print(f"finishing {final.model_dir}: to step {final.max_steps}", flush=True)
+    best = train(final)["best"]
+    return {"model_dir": final.model_dir, "best_step": best["step"],
+            "valid_ppl": best["valid"]["perplexity"], "test_ppl": best["test"]["perplexity"]}
+
+
+def plan(args):
+    """(SettlePlan, {architecture: screen TrainConfig}) of the parsed flags, checked."""
+    from pardata.errors import DataError
+    from pardata.meta import load_meta
+
+    first = settle.read_search(args.runs[0])
+    try:
+        records = load_meta(first.config.data_dir)["splits"]["train"]["records"]
+    except DataError as error:
+        raise settle.SettleError(f"run {first.run}: cannot read its data ({error})") from None
+    return screen.screen_configs(args.runs, args.out_dir, args.screen_steps, records,
+                                 extra=args.extra, retrain_epochs=args.retrain_epochs)
+
+
+def run(settle_plan, configs, finish, command):
+    """Trains the screens (and with `finish` the pick's retrain); screen.json's content."""
+    architectures = list(settle_plan.architectures)
+    print(f"command: {command}\n{len(architectures)} candidates: {', '.join(architectures)}",
+          flush=True)
+    nll = _train_screens(configs)
+    chosen = screen.pick(nll, architectures)
+    config = configs[chosen]
+    result = {"runs": list(settle_plan.runs),
+              "derived": {s.run: s.derived for s in settle_plan.searches},
+              "architectures": architectures, "screen_steps": config.max_steps,
+              "planned_steps": config.plan_steps, "seed": config.model.seed,
+              "valid_nll": nll, "valid_ppl": {a: math.exp(v) for a, v in nll.items()},
+              "pick": chosen, "command": command}
+    if finish:
+        result["finished"] = _finish(config)
+    return result
+
+
+def main(argv=None):
+    """Exit status: 0 done, 1 training or the write failed, 2 bad input."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = common.command_line(MODULE, argv)
+    try:
+        args = parse_args(argv)
+        settle_plan, configs = plan(args)
+    except (UsageError, settle.SettleError) as error:
+        print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
+        return 2
+    from pardata.errors import DataError
+    from training.setup.config import ConfigError
+
+    out = os.path.join(args.out_dir, screen.SCREEN_FILE)
+    try:
+        result = run(settle_plan, configs, args.finish, command)
+        os.makedirs(args.out_dir, exist_ok=True)
+        run_dir.atomic_write_json(out, result)
+    except (ConfigError, DataError, OSError, run_dir.WriteError) as error:
+        print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
+        return 1
+    print(f"\n{markdown_table(result)}\n\nwritten to {out}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
