@@ -306,10 +306,9 @@ class TrainConfig(ConfigBase):
         require(self.early_stop >= 0, "early_stop", "must be >= 0 (0: off)")
         require(not self.early_stop or self.eval_interval > 0, "early_stop",
                 "counts evaluations every --eval_interval steps: give --eval_interval > 0")
-        for flag in ("warmup_steps", "decay_steps",
-                     "max_steps", "plan_steps", "eval_interval", "eval_max_records", "sample_tokens",
-                     "checkpoint_interval", "num_cpu_replicas", "intra_op_threads",
-                     "inter_op_threads"):
+        for flag in ("warmup_steps", "decay_steps", "max_steps", "plan_steps",
+                     "eval_interval", "eval_max_records", "sample_tokens", "checkpoint_interval",
+                     "num_cpu_replicas", "intra_op_threads", "inter_op_threads"):
             require(getattr(self, flag) >= 0, flag, "must be >= 0")
         require(self.learning_rate > 0, "learning_rate", "must be > 0")
         for flag in ("weight_decay", "clip_norm", "min_lr"):
