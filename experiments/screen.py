@@ -7,14 +7,16 @@ first --screen_steps of its own schedule (planned for the whole retrain,
 lowest valid NLL at that step (ties: the first listed)
 (training/plugins/par_search/screen.py). With --finish the pick's screen is resumed
 to the retrain's whole length: the same run a retrain from scratch would have been,
-for the candidates' screens only.
+for the candidates' screens only. --schedule=own trains each screen with its own
+schedule over its steps instead (with --screen_recipe's settings if given), and
+--finish then trains the pick from scratch.
 
 Usage (from the project root, after the searches):
     python -m experiments.screen --runs=runs/s0,runs/s1,runs/s2 --screen_steps=2726 \
         --retrain_epochs=20 --out_dir=runs/screen [--finish]
-Results: --out_dir/screen.json (runs, derived, architectures, screen_steps,
-planned_steps, valid_nll, valid_ppl, pick, seed, the finished retrain's best valid and
-test figures with --finish, command), written whole, and a Markdown table on stdout.
+Results: --out_dir/screen.json (runs, derived, architectures, screen_steps, schedule,
+planned_steps, screen_recipe, valid_nll, valid_ppl, pick, seed, the finished retrain's
+best valid and test figures with --finish, command), written whole, and a Markdown table on stdout.
 Running it again resumes the screen (and the retrain) it was in. Exit status 0 done, 1
 training or the write failed, 2 bad input (one `error:` line; nothing trained).
 """
@@ -61,8 +63,16 @@ def parse_args(argv):
                         "--retrain_epochs, recipe or length)")
     parser.add_argument("--out_dir", required=True,
                         help="each screen trains in <out_dir>/<architecture>; screen.json")
+    parser.add_argument("--schedule", default="prefix",
+                        help="prefix: each screen is the first steps of its retrain (planned "
+                        "for its whole length); own: a short training with its own schedule, "
+                        "decayed by its end")
+    parser.add_argument("--screen_recipe", default="",
+                        help="with --schedule=own: the screens' recipe (training/setup/"
+                        "recipes.py; default the retrain's flags)")
     parser.add_argument("--finish", action="store_true",
-                        help="resume the pick's screen to the retrain's whole length")
+                        help="train the pick's retrain to its end (prefix: its screen resumed; "
+                        "own: from scratch in <out_dir>/<pick>_retrain)")
     args = parser.parse_args(argv)
     args.runs, args.extra = _names(args.runs), _names(args.extra)
     if not args.runs:
@@ -107,18 +117,19 @@ def _train_screens(configs):
 
 
 def _finish(config):
-    """The pick's retrain resumed to its end: its best step, valid and test figures."""
+    """The pick's retrain trained (prefix: resumed) to its end: its best figures."""
     from training.run.loop import train
 
-    final = screen.finish_config(config)
-    print(f"finishing {final.model_dir}: to step {final.max_steps}", flush=True)
-    best = train(final)["best"]
-    return {"model_dir": final.model_dir, "best_step": best["step"],
+    print(f"retraining {config.model_dir} to its end", flush=True)
+    metrics = train(config)
+    best = metrics["best"]
+    return {"model_dir": config.model_dir, "step": metrics["step"], "best_step": best["step"],
             "valid_ppl": best["valid"]["perplexity"], "test_ppl": best["test"]["perplexity"]}
 
 
 def plan(args):
-    """(SettlePlan, {architecture: screen TrainConfig}) of the parsed flags, checked."""
+    """(SettlePlan, {architecture: screen TrainConfig}, {architecture: retrain
+    TrainConfig}) of the parsed flags, checked."""
     from pardata.errors import DataError
     from pardata.meta import load_meta
 
@@ -128,25 +139,31 @@ def plan(args):
     except DataError as error:
         raise settle.SettleError(f"run {first.run}: cannot read its data ({error})") from None
     return screen.screen_configs(args.runs, args.out_dir, args.screen_steps, records,
-                                 extra=args.extra, retrain_epochs=args.retrain_epochs)
+                                 extra=args.extra, retrain_epochs=args.retrain_epochs,
+                                 schedule=args.schedule, recipe=args.screen_recipe)
 
 
 def run(settle_plan, configs, finish, command):
-    """Trains the screens (and with `finish` the pick's retrain); screen.json's content."""
+    """Trains the screens (and with `finish` the pick's retrain); screen.json's content.
+
+    `configs`: ({architecture: screen config}, {architecture: retrain config})."""
+    screens, retrains = configs
     architectures = list(settle_plan.architectures)
     print(f"command: {command}\n{len(architectures)} candidates: {', '.join(architectures)}",
           flush=True)
-    nll = _train_screens(configs)
+    nll = _train_screens(screens)
     chosen = screen.pick(nll, architectures)
-    config = configs[chosen]
+    config = screens[chosen]
     result = {"runs": list(settle_plan.runs),
               "derived": {s.run: s.derived for s in settle_plan.searches},
               "architectures": architectures, "screen_steps": config.max_steps,
-              "planned_steps": config.plan_steps, "seed": config.model.seed,
+              "schedule": "prefix" if config.plan_steps else "own",
+              "planned_steps": config.plan_steps or config.max_steps,
+              "screen_recipe": config.recipe, "seed": config.model.seed,
               "valid_nll": nll, "valid_ppl": {a: math.exp(v) for a, v in nll.items()},
               "pick": chosen, "command": command}
     if finish:
-        result["finished"] = _finish(config)
+        result["finished"] = _finish(retrains[chosen])
     return result
 
 
@@ -156,7 +173,7 @@ def main(argv=None):
     command = common.command_line(MODULE, argv)
     try:
         args = parse_args(argv)
-        settle_plan, configs = plan(args)
+        settle_plan, *configs = plan(args)
     except (UsageError, settle.SettleError) as error:
         print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2

@@ -39,10 +39,14 @@ def searches(tiny_data, tmp_path_factory):
             _search(root, "s1", tiny_data, "aafi", (3, 4)))
 
 
-def _losses(model_dir):
+def _log(model_dir):
     from training.run.loop import read_training_log
 
-    return {row["step"]: row["loss"] for row in read_training_log(f"{model_dir}/training_log.log")}
+    return {row["step"]: row for row in read_training_log(f"{model_dir}/training_log.log")}
+
+
+def _losses(model_dir):
+    return {step: row["loss"] for step, row in _log(model_dir).items()}
 
 
 @pytest.mark.slow
@@ -94,6 +98,42 @@ def test_the_pick_is_the_lowest_screen_and_its_finish_is_the_retrain(searches, t
     assert f"**{pick}** (pick)" in table and "written to" in table
 
 
+@pytest.mark.slow
+def test_own_schedules_with_another_recipe_and_a_retrain_from_scratch(searches, tmp_path):
+    """--schedule=own --screen_recipe=fast: each screen the fast recipe over its own 4
+    steps (warm-up capped, cosine decayed by step 4); the pick retrains from scratch."""
+    from training.plugins.par_search.retrain import retrain_config
+    from training.run.loop import train
+    from training.setup.config import TrainConfig
+    from training.setup.recipes import FAST
+
+    out = tmp_path / "screen"
+    argv = [f"--runs={searches[0]},{searches[1]}", f"--screen_steps={SCREEN_STEPS}",
+            "--schedule=own", "--screen_recipe=fast", f"--out_dir={out}", "--finish"]
+    assert command.main(argv) == 0
+    result = json.loads((out / "screen.json").read_text())
+    assert (result["schedule"], result["planned_steps"], result["screen_recipe"]) == (
+        "own", SCREEN_STEPS, "fast")
+    for arch in result["architectures"]:
+        config = TrainConfig.load(str(out / arch))
+        assert (config.recipe, config.optimizer, config.learning_rate, config.model.dropout) \
+            == ("fast", FAST.settings["optimizer"], FAST.settings["learning_rate"], 0.0)
+        metrics = json.loads((out / arch / "metrics.json").read_text())
+        assert (metrics["step"], metrics["planned_steps"]) == (SCREEN_STEPS, SCREEN_STEPS)
+        assert metrics["last"]["valid"]["nll"] == result["valid_nll"][arch]
+        # Decayed by its own end (the retrain's 9-step cosine would still be near its peak).
+        last_lr = _log(out / arch)[SCREEN_STEPS]["lr"]
+        assert FAST.settings["min_lr"] <= last_lr < 0.5 * FAST.settings["learning_rate"]
+    pick = result["pick"]
+    reference = retrain_config(TrainConfig.load(searches[0]), pick).replace(
+        model_dir=str(tmp_path / "reference"), logdir="")
+    train(reference)
+    got, expect = _losses(out / f"{pick}_retrain"), _losses(tmp_path / "reference")
+    assert sorted(got) == sorted(expect) == list(range(1, 10))
+    assert all(got[step] == expect[step] for step in expect)
+    assert result["finished"]["model_dir"] == str(out / f"{pick}_retrain")
+
+
 def test_ties_go_to_the_first_architecture_in_order():
     assert screen.pick({"aafi": 4.0, "afai": 4.0, "iiii": 5.0}, ["afai", "aafi", "iiii"]) \
         == "afai"
@@ -109,6 +149,11 @@ BAD_INPUTS = [
     (["--runs={s0},{s0}", "--screen_steps=4"], "is given twice"),
     (["--runs={s0}", "--screen_steps=4", "--extra=afa"], "'afa' has 3 blocks"),
     (["--runs={s0}", "--screen_steps=4", "--out_dir={file}"], "is a file"),
+    (["--runs={s0}", "--screen_steps=4", "--screen_recipe=fast"], "--screen_recipe=fast trains "
+     "the screens with another recipe than the retrain"),
+    (["--runs={s0}", "--screen_steps=4", "--schedule=own", "--screen_recipe=quick"],
+     "--screen_recipe=quick: unknown recipe 'quick'"),
+    (["--runs={s0}", "--screen_steps=4", "--schedule=later"], "--schedule=later is not one of"),
 ]
 
 

@@ -6,15 +6,18 @@ reach once trained (docs/results/par_settle.md). A screen compares the candidate
 the network each becomes instead:
 
     screen[arch] = the valid NLL per token at step N of `arch` trained from scratch
-                   with the retrain's recipe (retrain.retrain_config of the first
-                   search: its flags and seed), its schedules planned for the
-                   retrain's whole length S (--plan_steps=S, --max_steps=N);
+                   with the retrain's flags and seed (retrain.retrain_config of the
+                   first search);
     pick         = the architecture of the lowest screen NLL (ties: the first).
 
-Each screen is therefore exactly the first N steps of that architecture's retrain,
-so the pick's screen, resumed with the retrain's own length, *is* its retrain:
-`finish_config` continues it from step N, and the only steps spent on the comparison
-are the other candidates' N each.
+Two schedules:
+
+- `prefix`: each screen's schedules are planned for the retrain's whole length S
+  (--plan_steps=S, --max_steps=N), so a screen is exactly the first N steps of that
+  architecture's retrain and the pick's screen, resumed to S, *is* its retrain;
+- `own`: each screen is a short training of its own, its schedules over its N steps
+  (decayed by its end), with the retrain's recipe or another (`recipe`); the pick's
+  retrain then starts from scratch in <out_dir>/<pick>_retrain.
 
 Importing this module does not load TensorFlow.
 """
@@ -24,8 +27,10 @@ import os
 from training.plugins.par_search.retrain import retrain_config
 from training.plugins.par_search.settle import SettleError, first_lowest, plan
 from training.setup.config import TrainConfig
+from training.setup.recipes import get_recipe
 
 SCREEN_FILE = "screen.json"
+SCHEDULES = ("prefix", "own")
 
 
 def retrain_length(search_config, retrain_epochs):
@@ -37,8 +42,29 @@ def retrain_length(search_config, retrain_epochs):
                                                        retrain_epochs=epochs))
 
 
-def screen_configs(runs, out_dir, screen_steps, train_records, extra=(), retrain_epochs=0):
-    """The screens of the searches `runs` (finished search directories).
+def with_recipe(config, name):
+    """`config` with the settings (and warm-up) of recipe `name` (training/setup/recipes.py)
+    instead of its own: the TrainConfig fields and the model fields it names."""
+    try:
+        recipe = get_recipe(name)
+    except ValueError as error:
+        raise SettleError(f"--screen_recipe={name}: {error}") from None
+    values = dict(recipe.settings)
+    if "warmup_steps" in recipe.length:
+        values["warmup_steps"] = recipe.length["warmup_steps"]
+    top = {k: v for k, v in values.items() if hasattr(config, k)}
+    model = {k: v for k, v in values.items() if k not in top}
+    odd = sorted(k for k in model if not hasattr(config.model, k))
+    if odd:
+        raise SettleError(f"--screen_recipe={name} sets {odd[0]}, which the searches' model "
+                          "does not have: give another recipe, or none")
+    return config.replace(recipe=name, model=config.model.replace(**model), **top)
+
+
+def screen_configs(runs, out_dir, screen_steps, train_records, extra=(), retrain_epochs=0,
+                   schedule="prefix", recipe=""):
+    """The screens of the searches `runs` (finished search directories) and the retrains
+    that follow them.
 
     Args:
         runs: directories of finished searches of one supernet and data.
@@ -47,17 +73,26 @@ def screen_configs(runs, out_dir, screen_steps, train_records, extra=(), retrain
         train_records: records of the training split (steps per epoch).
         extra: architectures to screen too, after the runs' derived ones.
         retrain_epochs: the retrain's length in epochs (0: the search's own).
+        schedule: "prefix" or "own" (the module's docstring).
+        recipe: with "own", the screens' recipe ("": the retrain's).
 
     Returns:
-        (SettlePlan, {architecture: screen TrainConfig}) in the plan's order.
+        (SettlePlan, {architecture: screen TrainConfig},
+         {architecture: retrain TrainConfig}) in the plan's order.
 
     Raises:
-        SettleError: bad runs or architectures, or N not shorter than the retrain.
+        SettleError: bad runs, architectures, schedule or recipe, or N not shorter than
+            the retrain.
     """
+    if schedule not in SCHEDULES:
+        raise SettleError(f"--schedule={schedule} is not one of {', '.join(SCHEDULES)}")
+    if recipe and schedule == "prefix":
+        raise SettleError(f"--screen_recipe={recipe} trains the screens with another recipe "
+                          "than the retrain, so a screen is not the retrain's beginning: add "
+                          "--schedule=own, or drop --screen_recipe")
     settle_plan = plan(runs, extra=extra)
-    first = TrainConfig.load(settle_plan.runs[0])
-    base = retrain_length(first, retrain_epochs)
-    configs = {}
+    base = retrain_length(TrainConfig.load(settle_plan.runs[0]), retrain_epochs)
+    screens, retrains = {}, {}
     for arch in settle_plan.architectures:
         full = retrain_config(base, arch)
         steps = full.max_steps or full.epochs * train_records
@@ -65,15 +100,16 @@ def screen_configs(runs, out_dir, screen_steps, train_records, extra=(), retrain
             raise SettleError(f"--screen_steps={screen_steps} must be at least 1 and fewer than "
                               f"the retrain's {steps} steps: give a shorter screen (e.g. one "
                               f"epoch, {train_records}) or a longer --retrain_epochs")
-        configs[arch] = full.replace(model_dir=os.path.join(out_dir, arch), logdir="",
-                                     max_steps=screen_steps, plan_steps=steps)
-    return settle_plan, configs
-
-
-def finish_config(screen):
-    """The pick's screen TrainConfig resumed to the retrain's whole length (its planned
-    steps as --max_steps)."""
-    return screen.replace(max_steps=screen.plan_steps, plan_steps=0)
+        model_dir = os.path.join(out_dir, arch)
+        if schedule == "prefix":
+            screens[arch] = full.replace(model_dir=model_dir, logdir="",
+                                         max_steps=screen_steps, plan_steps=steps)
+            retrains[arch] = full.replace(model_dir=model_dir, logdir="")
+        else:
+            own = with_recipe(full, recipe) if recipe else full
+            screens[arch] = own.replace(model_dir=model_dir, logdir="", max_steps=screen_steps)
+            retrains[arch] = full.replace(model_dir=f"{model_dir}_retrain", logdir="")
+    return settle_plan, screens, retrains
 
 
 def pick(valid_nll, architectures):
