@@ -115,6 +115,10 @@ RUNS_TABLE = {run.name: run for run in (
         "bfloat16", ("--epochs=9", "--optimizer=muon", "--learning_rate=2e-3",
                      "--precision=mixed_bfloat16", "--eval_interval=2726",
                      "--checkpoint_interval=2726")),
+    # The seed recipe (20 epochs of Adam at 1e-3) in mixed bfloat16: whether the PAR
+    # pipeline's retrain can take bfloat16's speed at its quality.
+    Run("e20_seed_bf16", "the seed recipe (Adam 1e-3, 20 epochs) in mixed bfloat16",
+        ("--precision=mixed_bfloat16", "--eval_interval=2726", "--checkpoint_interval=2726")),
     # The fast recipe at its full length on one core: its quality (the record's wall
     # time needs both cores).
     Run("fast_seed0_one_core", "--recipe=fast at its full length, one core",
