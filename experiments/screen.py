@@ -21,12 +21,12 @@ Running it again resumes the screen (and the retrain) it was in. Exit status 0 d
 training or the write failed, 2 bad input (one `error:` line; nothing trained).
 """
 
-import argparse
 import math
 import os
 import sys
 
 from bench import common  # no TensorFlow
+from experiments.settle import Parser, UsageError, add_runs_flags, runs_and_extra
 import pardata.quiet  # noqa: F401  (TensorFlow start-up noise; before TF is imported)
 from runstore import run_dir
 from training.plugins.par_search import screen, settle
@@ -34,28 +34,10 @@ from training.plugins.par_search import screen, settle
 MODULE = "experiments.screen"
 
 
-class UsageError(ValueError):
-    """Bad flags, found before any work: one line naming the flag and the fix."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UsageError(message)
-
-
-def _names(text):
-    return [item.strip() for item in str(text).split(",") if item.strip()]
-
-
 def parse_args(argv):
     """Parsed flags (runs and extra as lists); UsageError naming the flag otherwise."""
-    parser = _Parser(prog=f"python -m {MODULE}", description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", required=True,
-                        help="comma-separated directories of finished searches (supernets of "
-                        "one size, candidates and data); the first gives recipe and seed")
-    parser.add_argument("--extra", default="",
-                        help="comma-separated architectures to screen too (a/f/i strings or "
-                        "transformer_xl), after the runs' derived ones")
+    parser = Parser(prog=f"python -m {MODULE}", description=__doc__.split("\n")[0])
+    add_runs_flags(parser, "; the first gives recipe and seed", "screen")
     parser.add_argument("--screen_steps", type=int, required=True,
                         help="steps of each screen (e.g. one epoch)")
     parser.add_argument("--retrain_epochs", type=int, default=0,
@@ -73,11 +55,7 @@ def parse_args(argv):
     parser.add_argument("--finish", action="store_true",
                         help="train the pick's retrain to its end (prefix: its screen resumed; "
                         "own: from scratch in <out_dir>/<pick>_retrain)")
-    args = parser.parse_args(argv)
-    args.runs, args.extra = _names(args.runs), _names(args.extra)
-    if not args.runs:
-        raise UsageError("--runs is empty: give the directories of finished searches, "
-                         "e.g. --runs=runs/s0,runs/s1")
+    args = runs_and_extra(parser.parse_args(argv))
     if args.retrain_epochs < 0:
         raise UsageError(f"--retrain_epochs={args.retrain_epochs} must be >= 0 (0: the "
                          "search's own length)")

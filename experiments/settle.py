@@ -36,7 +36,9 @@ class UsageError(ValueError):
     """Bad flags, found before any work: one line naming the flag and the fix."""
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
+    """argparse whose errors are a UsageError (one line, exit status 2)."""
+
     def error(self, message):
         raise UsageError(message)
 
@@ -45,26 +47,35 @@ def _names(text):
     return [item.strip() for item in str(text).split(",") if item.strip()]
 
 
+def add_runs_flags(parser, runs_help, verb):
+    """--runs (finished searches) and --extra (architectures to `verb` too)."""
+    parser.add_argument("--runs", required=True, help="comma-separated directories of finished "
+                        f"searches (supernets of one size, candidates and data){runs_help}")
+    parser.add_argument("--extra", default="",
+                        help=f"comma-separated architectures to {verb} too (a/f/i strings or "
+                        "transformer_xl), after the runs' derived ones")
+
+
+def runs_and_extra(args):
+    """Splits --runs and --extra into lists; UsageError when --runs is empty."""
+    args.runs, args.extra = _names(args.runs), _names(args.extra)
+    if not args.runs:
+        raise UsageError("--runs is empty: give the directories of finished searches, "
+                         "e.g. --runs=runs/s0,runs/s1")
+    return args
+
+
 def parse_args(argv):
     """Parsed flags (runs and extra as lists); UsageError naming the flag otherwise."""
-    parser = _Parser(prog=f"python -m {MODULE}", description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", required=True,
-                        help="comma-separated directories of finished searches (supernets of "
-                        "one size, candidates and data)")
-    parser.add_argument("--extra", default="",
-                        help="comma-separated architectures to score too (a/f/i strings or "
-                        "transformer_xl), after the runs' derived ones")
+    parser = Parser(prog=f"python -m {MODULE}", description=__doc__.split("\n")[0])
+    add_runs_flags(parser, "", "score")
     parser.add_argument("--eval_max_records", type=int, default=0,
                         help="valid records scored, the same for every run (0: the whole "
                         "valid split and its tail)")
     parser.add_argument("--out", default="",
                         help=f"the JSON to write (default <the runs' parent>/"
                         f"{settle.SETTLE_FILE})")
-    args = parser.parse_args(argv)
-    args.runs, args.extra = _names(args.runs), _names(args.extra)
-    if not args.runs:
-        raise UsageError("--runs is empty: give the directories of finished searches, "
-                         "e.g. --runs=runs/s0,runs/s1")
+    args = runs_and_extra(parser.parse_args(argv))
     if args.eval_max_records < 0:
         raise UsageError(f"--eval_max_records={args.eval_max_records} must be >= 0 "
                          "(0: the whole valid split)")

@@ -13,6 +13,7 @@ import math
 import pytest
 
 from experiments import screen as command
+from tests.helpers.cli import assert_one_error_line
 from tests.helpers.runs import make_run
 from training.plugins.par_search import screen
 from training.plugins.par_search.derive import write_derivation
@@ -166,8 +167,5 @@ def test_bad_input_is_one_line_and_trains_nothing(searches, argv, message, tmp_p
         argv.append(f"--out_dir={tmp_path / 'out'}")
     assert command.main(argv) == 2
     captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), captured.err
-    assert message in lines[0]
-    assert captured.out == ""
+    assert_one_error_line(captured.out, captured.err, message)
     assert not (tmp_path / "out").exists()

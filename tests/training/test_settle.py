@@ -19,6 +19,7 @@ import pytest
 import tensorflow as tf
 
 from experiments import settle as command
+from tests.helpers.cli import assert_one_error_line
 from tests.helpers.runs import make_run
 from training.plugins.par_search import settle
 from training.plugins.par_search.derive import write_derivation
@@ -285,9 +286,6 @@ def test_bad_input_is_one_line_and_writes_nothing(bad_runs, argv, message, tmp_p
         argv.append(f"--out={out}")
     assert command.main(argv) == 2
     captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), captured.err
-    assert message in lines[0]
-    assert captured.out == ""
+    assert_one_error_line(captured.out, captured.err, message)
     assert not out.exists() and not os.path.exists(os.path.join(bad_runs["root"],
                                                                 "settle.json"))
