@@ -18,7 +18,8 @@ Results: --out_dir/screen.json (runs, derived, architectures, screen_steps, sche
 planned_steps, screen_recipe, valid_nll, valid_ppl, pick, seed, the finished retrain's
 best valid and test figures with --finish, command), written whole, and a Markdown table on stdout.
 Running it again resumes the screen (and the retrain) it was in. Exit status 0 done, 1
-training or the write failed, 2 bad input (one `error:` line; nothing trained).
+training or the write failed, 2 bad input (one `error:` line; nothing trained), 128 + the
+signal's number when interrupted (a checkpoint written; the same command resumes).
 """
 
 import math
@@ -89,7 +90,7 @@ def _train_screens(configs):
     nll = {}
     for arch, config in configs.items():
         print(f"screen {arch}: {config.model_dir}, {config.max_steps} of "
-              f"{config.plan_steps} planned steps", flush=True)
+              f"{config.plan_steps or config.max_steps} planned steps", flush=True)
         nll[arch] = float(train(config)["last"]["valid"]["nll"])
     return nll
 
@@ -108,17 +109,9 @@ def _finish(config):
 def plan(args):
     """(SettlePlan, {architecture: screen TrainConfig}, {architecture: retrain
     TrainConfig}) of the parsed flags, checked."""
-    from pardata.errors import DataError
-    from pardata.meta import load_meta
-
-    first = settle.read_search(args.runs[0])
-    try:
-        records = load_meta(first.config.data_dir)["splits"]["train"]["records"]
-    except DataError as error:
-        raise settle.SettleError(f"run {first.run}: cannot read its data ({error})") from None
-    return screen.screen_configs(args.runs, args.out_dir, args.screen_steps, records,
-                                 extra=args.extra, retrain_epochs=args.retrain_epochs,
-                                 schedule=args.schedule, recipe=args.screen_recipe)
+    return screen.screen_configs(args.runs, args.out_dir, args.screen_steps, extra=args.extra,
+                                 retrain_epochs=args.retrain_epochs, schedule=args.schedule,
+                                 recipe=args.screen_recipe)
 
 
 def run(settle_plan, configs, finish, command):
@@ -146,7 +139,8 @@ def run(settle_plan, configs, finish, command):
 
 
 def main(argv=None):
-    """Exit status: 0 done, 1 training or the write failed, 2 bad input."""
+    """Exit status: 0 done, 1 training or the write failed, 2 bad input, 128 + signal when
+    interrupted (as train.py)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     command = common.command_line(MODULE, argv)
     try:
@@ -156,6 +150,7 @@ def main(argv=None):
         print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
     from pardata.errors import DataError
+    from training.run.loop import NonFiniteError, TrainingInterrupted
     from training.setup.config import ConfigError
 
     out = os.path.join(args.out_dir, screen.SCREEN_FILE)
@@ -163,7 +158,10 @@ def main(argv=None):
         result = run(settle_plan, configs, args.finish, command)
         os.makedirs(args.out_dir, exist_ok=True)
         run_dir.atomic_write_json(out, result)
-    except (ConfigError, DataError, OSError, run_dir.WriteError) as error:
+    except TrainingInterrupted as stop:
+        print(stop, file=sys.stderr)
+        return stop.exit_code
+    except (ConfigError, DataError, NonFiniteError, OSError, run_dir.WriteError) as error:
         print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
         return 1
     print(f"\n{markdown_table(result)}\n\nwritten to {out}", flush=True)

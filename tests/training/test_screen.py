@@ -135,6 +135,24 @@ def test_own_schedules_with_another_recipe_and_a_retrain_from_scratch(searches, 
     assert result["finished"]["model_dir"] == str(out / f"{pick}_retrain")
 
 
+def test_an_interrupted_screen_says_how_to_resume_and_writes_nothing(searches, tmp_path,
+                                                                     capsys, monkeypatch):
+    import signal
+
+    from training.run import loop
+
+    def interrupted(config, *args, **kwargs):
+        raise loop.TrainingInterrupted(3, signal.SIGINT)
+
+    monkeypatch.setattr(loop, "train", interrupted)
+    out = tmp_path / "screen"
+    argv = [f"--runs={searches[0]}", f"--screen_steps={SCREEN_STEPS}", f"--out_dir={out}"]
+    assert command.main(argv) == 128 + signal.SIGINT
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == "interrupted at step 3: checkpoint written; run the same command to resume"
+    assert not (out / "screen.json").exists()
+
+
 def test_ties_go_to_the_first_architecture_in_order():
     assert screen.pick({"aafi": 4.0, "afai": 4.0, "iiii": 5.0}, ["afai", "aafi", "iiii"]) \
         == "afai"

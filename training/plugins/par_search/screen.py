@@ -24,6 +24,8 @@ Importing this module does not load TensorFlow.
 
 import os
 
+from pardata.errors import DataError
+from pardata.meta import load_meta
 from training.plugins.par_search.retrain import retrain_config
 from training.plugins.par_search.settle import SettleError, first_lowest, plan
 from training.setup.config import TrainConfig
@@ -61,8 +63,8 @@ def with_recipe(config, name):
     return config.replace(recipe=name, model=config.model.replace(**model), **top)
 
 
-def screen_configs(runs, out_dir, screen_steps, train_records, extra=(), retrain_epochs=0,
-                   schedule="prefix", recipe=""):
+def screen_configs(runs, out_dir, screen_steps, extra=(), retrain_epochs=0, schedule="prefix",
+                   recipe=""):
     """The screens of the searches `runs` (finished search directories) and the retrains
     that follow them.
 
@@ -70,7 +72,6 @@ def screen_configs(runs, out_dir, screen_steps, train_records, extra=(), retrain
         runs: directories of finished searches of one supernet and data.
         out_dir: each screen trains in out_dir/<architecture>.
         screen_steps: N, the steps of each screen.
-        train_records: records of the training split (steps per epoch).
         extra: architectures to screen too, after the runs' derived ones.
         retrain_epochs: the retrain's length in epochs (0: the search's own).
         schedule: "prefix" or "own" (the module's docstring).
@@ -81,8 +82,8 @@ def screen_configs(runs, out_dir, screen_steps, train_records, extra=(), retrain
          {architecture: retrain TrainConfig}) in the plan's order.
 
     Raises:
-        SettleError: bad runs, architectures, schedule or recipe, or N not shorter than
-            the retrain.
+        SettleError: bad runs, architectures, schedule or recipe, the first run's data
+            unreadable, or N not shorter than the retrain.
     """
     if schedule not in SCHEDULES:
         raise SettleError(f"--schedule={schedule} is not one of {', '.join(SCHEDULES)}")
@@ -91,7 +92,12 @@ def screen_configs(runs, out_dir, screen_steps, train_records, extra=(), retrain
                           "than the retrain, so a screen is not the retrain's beginning: add "
                           "--schedule=own, or drop --screen_recipe")
     settle_plan = plan(runs, extra=extra)
-    base = retrain_length(TrainConfig.load(settle_plan.runs[0]), retrain_epochs)
+    first = settle_plan.searches[0]
+    try:
+        train_records = load_meta(first.config.data_dir)["splits"]["train"]["records"]
+    except DataError as error:
+        raise SettleError(f"run {first.run}: cannot read its data ({error})") from None
+    base = retrain_length(TrainConfig.load(first.run), retrain_epochs)
     screens, retrains = {}, {}
     for arch in settle_plan.architectures:
         full = retrain_config(base, arch)
