@@ -59,6 +59,11 @@ class SearchConfig(ConfigBase):
     # as DARTS sets for architecture parameters.
     arch_learning_rate: float = _field(1e-2, "Adam learning rate of the architecture logits.")
     arch_weight_decay: float = _field(5e-4, "L2 weight decay of the architecture logits.")
+    arch_beta_decay: float = _field(
+        0.0, "Beta-decay regularisation of the architecture (beta-DARTS, Ye et al. 2022): "
+        "lambda * mean over blocks of logsumexp(logits) added to the loss, lambda growing "
+        "linearly from 0 at the end of the architecture warm-up to this value at the run's "
+        "planned last step; it keeps the probabilities from growing peaked early (0: off).")
     arch_beta_1: float = _field(0.5, "Adam beta_1 of the architecture optimizer.")
     arch_beta_2: float = _field(0.999, "Adam beta_2 of the architecture optimizer.")
     search_cost_coef: float = _field(
@@ -125,7 +130,8 @@ class SearchConfig(ConfigBase):
         require(0 <= self.arch_warmup_fraction < 1, "arch_warmup_fraction",
                 "must be in [0, 1) (a search needs steps after the warm-up to choose)")
         require(self.arch_learning_rate > 0, "arch_learning_rate", "must be > 0")
-        for flag in ("arch_weight_decay", "search_cost_coef", "search_cost_target"):
+        for flag in ("arch_weight_decay", "arch_beta_decay", "search_cost_coef",
+                     "search_cost_target"):
             require(getattr(self, flag) >= 0, flag, "must be >= 0")
         require(self.search_speed_target == 0 or self.search_speed_target >= 1,
                 "search_speed_target", "must be >= 1 (a network at least as fast as "

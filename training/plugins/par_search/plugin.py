@@ -19,6 +19,13 @@ search adds to plain training (Mandava et al. 2020, arXiv 2009.04534):
   the training batch as the derivation report counts), so the knob trades
   perplexity for speed; the expected cost is logged (`expected_cost`); with
   `search_speed_target` X and no `search_cost_target`, the target is 1/X;
+- the optional beta-decay regularisation (beta-DARTS, Ye et al. 2022, arXiv
+  2203.01665): `lambda(step) * mean_blocks logsumexp(alpha_b)` added to the
+  loss, `lambda` growing linearly from 0 at the end of the architecture
+  warm-up to `arch_beta_decay` at the planned last step; its gradient on
+  alpha_b is `lambda softmax(alpha_b) / num_blocks`, so it pulls hardest on
+  the leading candidate and keeps the probabilities from peaking early; the
+  term is logged (`beta_decay`);
 - the speed target `search_speed_target` (speed_target.py): the derivation is the most
   probable architecture within 1/X of Transformer-XL's FLOPs, and freezing does not
   freeze a block to a choice no such architecture has;
@@ -88,6 +95,7 @@ class ParSearch(ParSearchReport):
         self.config = config
         self.searching = "arch" in model.variable_groups()
         self._tau_steps = config.search.tau_anneal_steps or horizon
+        self._horizon = horizon
         self.arch_warmup_steps = capped_warmup(config.search.arch_warmup_steps, horizon,
                                                config.search.arch_warmup_fraction)
         self._tau = None
@@ -310,23 +318,43 @@ class ParSearch(ParSearchReport):
             l2=search.arch_weight_decay, l2_variables=variables, clip_norm=0.0,
             start_step=self.arch_warmup_steps, learning_rate=lambda: search.arch_learning_rate)]
 
+    def _logits(self):
+        """Float32 [num_blocks, C] tensor of the architecture logits."""
+        logits = tf.stack([tf.convert_to_tensor(v) for v in self.model.variable_groups()["arch"]])
+        return tf.cast(logits, tf.float32)
+
     def _expected_cost(self):
         """Scalar float32 tensor: the expected relative FLOPs under softmax(alpha)."""
-
-        logits = tf.stack([tf.convert_to_tensor(v) for v in self.model.variable_groups()["arch"]])
-        probs = tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1)  # [num_blocks, C]
+        probs = tf.nn.softmax(self._logits(), axis=-1)  # [num_blocks, C]
         return tf.reduce_sum(probs * tf.constant(self._costs, tf.float32)) + self._fixed_cost
 
-    def extra_losses(self):
-        if self._costs is None:
-            return []
+    def _beta_decay(self):
+        """Scalar float32 tensor: lambda(step) * mean over blocks of logsumexp(alpha_b).
 
+        lambda grows linearly from 0 at the end of the architecture warm-up to
+        --arch_beta_decay at the planned last step (read from the model's search step,
+        so it moves inside a traced step).
+        """
+        span = max(self._horizon - self.arch_warmup_steps, 1)
+        since = tf.cast(self.model.search_step, tf.float32) - float(self.arch_warmup_steps)
+        ramp = tf.clip_by_value(since / float(span), 0.0, 1.0)
+        smoothmax = tf.reduce_mean(tf.reduce_logsumexp(self._logits(), axis=-1))
+        return self.config.search.arch_beta_decay * ramp * smoothmax
+
+    def extra_losses(self):
+        if not self.searching:
+            return []
         c = self.config
-        cost = self._expected_cost()
-        target = c.search.cost_target  # --search_cost_target, or 1/--search_speed_target
-        if target > 0:  # only the cost above the target
-            cost = tf.maximum(cost - target, 0.0)
-        return [c.search.search_cost_coef * cost]
+        losses = []
+        if self._costs is not None:
+            cost = self._expected_cost()
+            target = c.search.cost_target  # --search_cost_target, or 1/--search_speed_target
+            if target > 0:  # only the cost above the target
+                cost = tf.maximum(cost - target, 0.0)
+            losses.append(c.search.search_cost_coef * cost)
+        if c.search.arch_beta_decay > 0:
+            losses.append(self._beta_decay())
+        return losses
 
     def before_step(self, step):
         if not self.searching:
@@ -342,6 +370,8 @@ class ParSearch(ParSearchReport):
         values = {"tau": self._tau}
         if self._costs is not None:
             values["expected_cost"] = self._expected_cost()
+        if self.config.search.arch_beta_decay > 0:
+            values["beta_decay"] = self._beta_decay()
         return values
 
     # ------------------------------------------------------------ then retrain
