@@ -43,7 +43,7 @@ _KINDS = [
 def _config(**fields):
     """What the registry's factories read of a TrainConfig."""
     values = dict(beta_1=BETA_1, beta_2=BETA_2, epsilon=EPS, weight_decay=WD, clip_norm=0.0,
-                  muon_rms_rate=None)
+                  muon_rms_rate=None, muon_ns_bfloat16=None)
     values.update(fields)
     return types.SimpleNamespace(**values)
 
@@ -180,6 +180,43 @@ def test_muon_rms_rate_scales_the_matrices_step_only():
     for i, (_, role, *_) in enumerate(_KINDS):
         moved = np.abs(want[-1][i] - default[-1][i]).max()
         assert (moved > 1e-3) if role == "muon" else (moved == 0), (i, role, moved)
+
+
+def test_newton_schulz_in_bfloat16_is_the_definition_to_bfloat16_rounding():
+    """--muon_ns_bfloat16=1: the matrices' steps are the float64 definition's to bfloat16's
+    rounding (and not float32's, so bfloat16 is used); the Adam weights' are unchanged."""
+    import keras
+    import tensorflow as tf
+
+    start, grads = _problem(4)
+    want = _reference_muon(start, grads)
+    got = {}
+    for flag in (None, 1.0):
+        variables = [keras.Variable(w, name=f"w{i}") for i, w in enumerate(start)]
+        optimizer = _make_muon(variables, _config(muon_ns_bfloat16=flag))
+        assert optimizer.ns_bfloat16 is (flag == 1.0)
+        optimizer.build(variables)
+        apply = tf.function(lambda g: optimizer.apply(g, variables))
+        for step_grads in grads:
+            apply([tf.constant(g) for g in step_grads])
+        got[flag] = [x.numpy() for x in variables]
+    for i, (_, role, *_) in enumerate(_KINDS):
+        if role == "muon":
+            # Relative to how far the three steps moved the matrix: bfloat16 keeps 8 bits
+            # of each product, and the iteration's 15 products lose a few percent at most.
+            moved = np.abs(want[-1][i] - start[i]).max()
+            error = np.abs(got[1.0][i] - want[-1][i]).max() / moved
+            assert 1e-4 < error < 0.05, (i, error)
+            assert np.abs(got[None][i] - want[-1][i]).max() / moved < 1e-4
+        else:
+            assert np.abs(got[1.0][i] - got[None][i]).max() == 0, i
+
+
+def test_muon_ns_bfloat16_is_a_switch():
+    from training.optimizers import MUON_NS_BFLOAT16
+
+    assert MUON_NS_BFLOAT16.problem(0.0) is None and MUON_NS_BFLOAT16.problem(1.0) is None
+    assert MUON_NS_BFLOAT16.problem(0.5) == "must be one of 0, 1"
 
 
 def test_two_d_matrices_step_as_keras_muon():

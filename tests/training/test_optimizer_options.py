@@ -17,6 +17,7 @@ import train as train_cli
 from training.optimizers import (
     L2,
     MIN_TRUST,
+    MUON_NS_BFLOAT16,
     MUON_RMS_RATE,
     TENSOR_CLIP_NORM,
     WEIGHT_NORM_CLIP,
@@ -52,7 +53,8 @@ def test_the_table_declares_the_options_their_owners_and_help():
     assert option_owners() == {"min_trust": (MIN_TRUST, ("lamb_sharnn",)),
                                "weight_norm_clip": (WEIGHT_NORM_CLIP, ("lamb_sharnn",)),
                                "tensor_clip_norm": (TENSOR_CLIP_NORM, ("adagrad_clip",)),
-                               "muon_rms_rate": (MUON_RMS_RATE, ("muon",))}
+                               "muon_rms_rate": (MUON_RMS_RATE, ("muon",)),
+                               "muon_ns_bfloat16": (MUON_NS_BFLOAT16, ("muon",))}
     fv = train_cli.define_flags(flags.FlagValues())
     assert fv["min_trust"].help == (
         "[optimisation] lamb_sharnn only: floor of the trust ratio (0: none; default 0.25, "
@@ -104,3 +106,10 @@ def test_optimizers_share_an_option_but_not_its_name(tiny_data, tmp_path):
         with pytest.raises(ValueError, match="lamb_sharnn and lamb_other declare different "
                            "options --min_trust"):
             option_owners()
+
+
+def test_a_switch_takes_0_or_1(tiny_data, tmp_path):
+    config = _parse(tiny_data, tmp_path, "--optimizer=muon", "--muon_ns_bfloat16=1")
+    assert config.muon_ns_bfloat16 == 1.0 and config.to_dict()["muon_ns_bfloat16"] == 1.0
+    with pytest.raises(ConfigError, match=r"^--muon_ns_bfloat16=0\.5: must be one of 0, 1$"):
+        _parse(tiny_data, tmp_path, "--optimizer=muon", "--muon_ns_bfloat16=0.5")

@@ -20,7 +20,7 @@ spans, gates) takes Adam with bias correction (Keras' Muon's AdamW step:
 --beta_1, --beta_2, --epsilon). Momentum 0.95, Nesterov, 5 steps and the
 quintic's coefficients are Keras' defaults, which are the reference's.
 
-`RoleMuon` is `keras.optimizers.Muon` with three changes:
+`RoleMuon` is `keras.optimizers.Muon` with these changes:
 
 * which weights take the Muon step is given (`matrices`: the model's hidden
   matrices, `model.interface.is_hidden_matrix_by_role`), not guessed from
@@ -33,7 +33,15 @@ quintic's coefficients are Keras' defaults, which are the reference's.
 * one decoupled weight decay for both parts, `W -= lr * weight_decay * W`
   before the step on the weights not excluded (`exclude_from_weight_decay`),
   default none (Keras' Muon: 0.004 on every weight, and a separate
-  `adam_weight_decay`).
+  `adam_weight_decay`);
+* the Adam step is TensorFlow's fused `ResourceApplyAdam` (one op and one
+  pass per weight, the same formula term for term: training/optimizers/
+  fused_adam.py) instead of Keras' ten element-wise ops;
+* with `ns_bfloat16` the Newton-Schulz iteration runs in bfloat16, as the
+  Muon reference runs it, on the direction normalised in float32; the
+  update is cast back to the weight's dtype. It is faster where bfloat16
+  matrix products are (CPUs with AVX512_BF16 or AMX, GPUs) and is off by
+  default.
 
 Slots are Keras' Muon's: `momentum` for every weight, `velocity` for the
 Adam ones only, so checkpoints hold them and a resumed run continues
@@ -44,6 +52,7 @@ import math
 
 import keras
 from keras import ops
+import tensorflow as tf
 
 
 def matrix_shape(shape):
@@ -79,14 +88,15 @@ class RoleMuon(keras.optimizers.Muon):
             variables or their paths; every other weight takes Adam.
         weight_decay: decoupled decay coefficient of both parts (None or 0:
             none); `exclude_from_weight_decay` exempts weights.
+        ns_bfloat16: run the Newton-Schulz iteration in bfloat16.
         name: optimizer name (its variables are named after it).
         **kwargs: the other `keras.optimizers.Muon` arguments (adam_beta_1,
             adam_beta_2, epsilon, momentum, ns_steps, nesterov, rms_rate,
             muon_a/b/c, ...), not those in `_REPLACED`.
     """
 
-    def __init__(self, learning_rate=0.001, matrices=(), weight_decay=None, name="muon",
-                 **kwargs):
+    def __init__(self, learning_rate=0.001, matrices=(), weight_decay=None, ns_bfloat16=False,
+                 name="muon", **kwargs):
         replaced = sorted(set(kwargs) & set(_REPLACED))
         if replaced:
             raise ValueError(f"RoleMuon takes `matrices` and one `weight_decay`, not {replaced}")
@@ -95,6 +105,7 @@ class RoleMuon(keras.optimizers.Muon):
                          exclude_embeddings=False, name=name, **kwargs)
         self.matrices = tuple(dict.fromkeys(m if isinstance(m, str) else m.path
                                             for m in matrices))
+        self.ns_bfloat16 = bool(ns_bfloat16)
 
     def _should_use_adamw(self, variable):
         return variable.path not in self.matrices
@@ -118,13 +129,34 @@ class RoleMuon(keras.optimizers.Muon):
         gradient = ops.cast(gradient, variable.dtype)
         self.assign_add(m, ops.add(gradient, m * (self.momentum - 1)))
         direction = ops.add(gradient, self.momentum * m) if self.nesterov else m
-        update = self.zeropower_via_newtonschulz5(
-            ops.reshape(direction, matrix_shape(shape)), self.ns_steps)
+        direction = ops.reshape(direction, matrix_shape(shape))
+        if self.ns_bfloat16:
+            direction = direction / (ops.norm(direction) + 1e-7)
+            update = ops.cast(self.zeropower_via_newtonschulz5(
+                ops.cast(direction, "bfloat16"), self.ns_steps), variable.dtype)
+        else:
+            update = self.zeropower_via_newtonschulz5(direction, self.ns_steps)
         self.assign_sub(variable, ops.reshape(self.lr_adjust(lr * update), shape))
+
+    def _adamw_update_step(self, gradient, variable, learning_rate, m, v):
+        # Keras' Muon's Adam step, term for term, as one fused kernel (module docstring).
+        var, m, v = (x.value if isinstance(x, keras.Variable) else x for x in (variable, m, v))
+        dtype = var.dtype
+        if isinstance(gradient, tf.IndexedSlices):
+            gradient = tf.convert_to_tensor(gradient)
+        step = tf.cast(self.iterations + 1, dtype)
+        beta_1 = tf.cast(self.adam_beta_1, dtype)
+        beta_2 = tf.cast(self.adam_beta_2, dtype)
+        tf.raw_ops.ResourceApplyAdam(
+            var=var.handle, m=m.handle, v=v.handle, beta1_power=tf.pow(beta_1, step),
+            beta2_power=tf.pow(beta_2, step), lr=tf.cast(learning_rate, dtype), beta1=beta_1,
+            beta2=beta_2, epsilon=tf.cast(self.epsilon, dtype), grad=tf.cast(gradient, dtype),
+            use_locking=False)
 
     def get_config(self):
         config = super().get_config()
         for key in _REPLACED:
             config.pop(key)
         config["matrices"] = list(self.matrices)
+        config["ns_bfloat16"] = self.ns_bfloat16
         return config
