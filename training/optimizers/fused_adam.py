@@ -26,6 +26,32 @@ import keras
 import tensorflow as tf
 
 
+def apply_adam(variable, m, v, gradient, learning_rate, iterations, beta_1, beta_2, epsilon):
+    """One Adam step of `variable` as one ResourceApplyAdam (see the module docstring).
+
+    Args:
+        variable, m, v: the weight and its first and second moments (Keras variables
+            or TensorFlow resource variables).
+        gradient: its gradient (dense, or IndexedSlices, densified as Keras does).
+        learning_rate: the step's learning rate (scalar).
+        iterations: the optimizer's steps so far (t = iterations + 1).
+        beta_1, beta_2, epsilon: Adam's constants.
+    """
+    var, m, v = (x.value if isinstance(x, keras.Variable) else x for x in (variable, m, v))
+    dtype = var.dtype
+    if isinstance(gradient, tf.IndexedSlices):  # Keras' update densifies it too
+        gradient = tf.convert_to_tensor(gradient)
+    step = tf.cast(iterations + 1, dtype)
+    beta_1 = tf.cast(beta_1, dtype)
+    beta_2 = tf.cast(beta_2, dtype)
+    tf.raw_ops.ResourceApplyAdam(
+        var=var.handle, m=m.handle, v=v.handle,
+        beta1_power=tf.pow(beta_1, step), beta2_power=tf.pow(beta_2, step),
+        lr=tf.cast(learning_rate, dtype), beta1=beta_1, beta2=beta_2,
+        epsilon=tf.cast(epsilon, dtype), grad=tf.cast(gradient, dtype),
+        use_locking=False)
+
+
 class _FusedUpdate:
     """Mixin placed before `keras.optimizers.Adam` (or AdamW): `update_step`
     as one ResourceApplyAdam (see the module docstring); amsgrad keeps Keras'."""
@@ -33,24 +59,9 @@ class _FusedUpdate:
     def update_step(self, gradient, variable, learning_rate):
         if self.amsgrad:
             return super().update_step(gradient, variable, learning_rate)
-        var = variable.value if isinstance(variable, keras.Variable) else variable
         index = self._get_variable_index(variable)
-        m = self._momentums[index]
-        v = self._velocities[index]
-        m = m.value if isinstance(m, keras.Variable) else m
-        v = v.value if isinstance(v, keras.Variable) else v
-        dtype = var.dtype
-        if isinstance(gradient, tf.IndexedSlices):  # Keras' update densifies it too
-            gradient = tf.convert_to_tensor(gradient)
-        step = tf.cast(self.iterations + 1, dtype)
-        beta_1 = tf.cast(self.beta_1, dtype)
-        beta_2 = tf.cast(self.beta_2, dtype)
-        tf.raw_ops.ResourceApplyAdam(
-            var=var.handle, m=m.handle, v=v.handle,
-            beta1_power=tf.pow(beta_1, step), beta2_power=tf.pow(beta_2, step),
-            lr=tf.cast(learning_rate, dtype), beta1=beta_1, beta2=beta_2,
-            epsilon=tf.cast(self.epsilon, dtype), grad=tf.cast(gradient, dtype),
-            use_locking=False)
+        apply_adam(variable, self._momentums[index], self._velocities[index], gradient,
+                   learning_rate, self.iterations, self.beta_1, self.beta_2, self.epsilon)
 
 
 @keras.saving.register_keras_serializable(package="par")

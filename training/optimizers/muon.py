@@ -52,7 +52,8 @@ import math
 
 import keras
 from keras import ops
-import tensorflow as tf
+
+from training.optimizers.fused_adam import apply_adam
 
 
 def matrix_shape(shape):
@@ -140,18 +141,8 @@ class RoleMuon(keras.optimizers.Muon):
 
     def _adamw_update_step(self, gradient, variable, learning_rate, m, v):
         # Keras' Muon's Adam step, term for term, as one fused kernel (module docstring).
-        var, m, v = (x.value if isinstance(x, keras.Variable) else x for x in (variable, m, v))
-        dtype = var.dtype
-        if isinstance(gradient, tf.IndexedSlices):
-            gradient = tf.convert_to_tensor(gradient)
-        step = tf.cast(self.iterations + 1, dtype)
-        beta_1 = tf.cast(self.adam_beta_1, dtype)
-        beta_2 = tf.cast(self.adam_beta_2, dtype)
-        tf.raw_ops.ResourceApplyAdam(
-            var=var.handle, m=m.handle, v=v.handle, beta1_power=tf.pow(beta_1, step),
-            beta2_power=tf.pow(beta_2, step), lr=tf.cast(learning_rate, dtype), beta1=beta_1,
-            beta2=beta_2, epsilon=tf.cast(self.epsilon, dtype), grad=tf.cast(gradient, dtype),
-            use_locking=False)
+        apply_adam(variable, m, v, gradient, learning_rate, self.iterations, self.adam_beta_1,
+                   self.adam_beta_2, self.epsilon)
 
     def get_config(self):
         config = super().get_config()
