@@ -99,6 +99,29 @@ def configure_threads(intra_op_threads=0, inter_op_threads=0):
                      intra_op_threads or "default", inter_op_threads or "default")
 
 
+# Where Linux lists the CPU's instruction-set flags, and the flags that give bfloat16
+# arithmetic: x86's AVX512_BF16 and AMX, Arm's BF16 (its "Features" line).
+CPUINFO = "/proc/cpuinfo"
+BFLOAT16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def cpu_has_bfloat16(cpuinfo=None):
+    """True when the CPU lists bfloat16 instructions, False when it lists its flags without
+    them, None when it cannot tell (no readable `cpuinfo`, default CPUINFO, or no flags line
+    in it)."""
+    try:
+        with open(cpuinfo or CPUINFO, encoding="utf-8", errors="replace") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    flags = set()
+    for line in lines:
+        key, sep, value = line.partition(":")
+        if sep and key.strip() in ("flags", "Features"):
+            flags.update(value.split())
+    return bool(flags & BFLOAT16_FLAGS) if flags else None
+
+
 def _mirrored_cpu(num_replicas):
     cpu = tf.config.list_physical_devices("CPU")[0]
     try:

@@ -79,6 +79,27 @@ from training.run import strategy as strategy_lib
 from training.setup.config import capped_warmup, check_batch_split, total_steps
 
 
+def _warn_slow_precision(config, strategy):
+    """Warns of a 16-bit setting that runs slower than float32 on this machine's CPU: float16
+    on any CPU, bfloat16 on a CPU without bfloat16 instructions (AVX512_BF16, AMX)."""
+    if tf.config.list_physical_devices("GPU") or isinstance(strategy, tf.distribute.TPUStrategy):
+        return
+    if config.precision == "mixed_float16":
+        logging.warning("--precision=mixed_float16 on a machine without a GPU: CPUs have "
+                        "no fast float16 math, so this runs slower than float32 (CPUs "
+                        "with bfloat16 instructions may gain from mixed_bfloat16)")
+    bfloat16 = [flag for flag, on in (
+        ("--precision=mixed_bfloat16", config.precision == "mixed_bfloat16"),
+        ("--muon_ns_bfloat16=1", config.optimizer == "muon" and config.muon_ns_bfloat16 == 1))
+        if on]
+    if bfloat16 and strategy_lib.cpu_has_bfloat16() is False:
+        logging.warning("%s on a CPU without bfloat16 instructions (%s lists neither "
+                        "avx512_bf16 nor amx_bf16): bfloat16 is emulated there and may run "
+                        "slower than float32; drop %s unless you measured it faster",
+                        " and ".join(bfloat16), strategy_lib.CPUINFO,
+                        " and ".join(flag.split("=")[0] for flag in bfloat16))
+
+
 class Trainer:
     """Model, optimizers, state and compiled steps of one run.
 
@@ -109,10 +130,7 @@ class Trainer:
         check_batch_split(config, self.batch_size // self.replicas, self.replicas)
         self._global_tokens = float(self.batch_size * config.seq_len)
         keras.mixed_precision.set_global_policy(config.precision)
-        if config.precision == "mixed_float16" and not tf.config.list_physical_devices("GPU"):
-            logging.warning("--precision=mixed_float16 on a machine without a GPU: CPUs have "
-                            "no fast float16 math, so this runs slower than float32 (CPUs "
-                            "with bfloat16 instructions may gain from mixed_bfloat16)")
+        _warn_slow_precision(config, strategy)
         keras.utils.set_random_seed(config.model.seed)
         self.warmup_steps = capped_warmup(config.warmup_steps, self.horizon,
                                           config.warmup_fraction)
