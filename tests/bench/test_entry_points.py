@@ -21,7 +21,8 @@ ENTRY_POINTS = [
     "experiments.span_fidelity", "experiments.speedrun",
     "tools.bench_tables", "tools.collect_run", "tools.flags_doc", "tools.freeze_replay",
     "tools.function_lengths",
-    "tools.import_graph", "tools.results_evidence", "tools.spm_from_vocab", "tools.wall_time",
+    "tools.import_graph", "tools.pipeline_seeds", "tools.results_evidence",
+    "tools.spm_from_vocab", "tools.wall_time",
 ]
 
 
