@@ -10,7 +10,7 @@ model_dir). Each session's whole-command seconds (process start to exit, TensorF
 start-up and every evaluation included) are appended to runs/speedrun/<name>.sessions.json.
 
     python -m experiments.speedrun run s3_base s3_drop0          # screens, in order
-    python -m experiments.speedrun run --cpus=0,1 record_fast_seed1
+    python -m experiments.speedrun run --cpus=0,1 record_muon_aaafaf_seed1
     python -m experiments.speedrun report                        # -> docs/results/speedrun/
 
 `report` copies each finished run's artefacts (config.json, metrics.json,
@@ -67,10 +67,15 @@ def _screen(name, lever, *flags):
     return Run(name, lever, tuple(SCREEN) + flags)
 
 
+# The machine's flags of a record on the development CPU (AVX512_BF16): mixed bfloat16 and
+# one intra-op / two inter-op threads (speedrun.md, "Threads and replicas").
+CPU_FLAGS = ("--precision=mixed_bfloat16", "--intra_op_threads=1", "--inter_op_threads=2")
+
+
 def _record(recipe, architecture, seed):
     name = f"record_{recipe}_{architecture}_seed{seed}"
     return Run(name, f"--recipe={recipe}, {architecture}, seed {seed}",
-               (f"--recipe={recipe}", f"--seed={seed}", "--eval_interval=2726",
+               (f"--recipe={recipe}", f"--seed={seed}", *CPU_FLAGS, "--eval_interval=2726",
                 "--checkpoint_interval=2726"), record=True)
 
 
@@ -145,7 +150,7 @@ RUNS_TABLE = {run.name: run for run in (
     # time needs both cores).
     Run("fast_seed0_one_core", "--recipe=fast at its full length, one core",
         ("--recipe=fast", "--eval_interval=2726", "--checkpoint_interval=2726")),
-    *(_record(recipe, arch, seed) for recipe in ("fast",) for arch in ("aaafaf", "afafaf")
+    *(_record(recipe, arch, seed) for recipe in ("muon",) for arch in ("aaafaf", "afafaf")
       for seed in (0, 1, 2)),
 )}
 

@@ -37,20 +37,22 @@ def test_each_screen_changes_its_lever_only(project_root, tmp_path, word_data):
 def test_record_runs_use_the_recipe_and_their_architecture(project_root, tmp_path, word_data):
     import train as train_cli
 
-    run = speedrun.RUNS_TABLE["record_fast_afafaf_seed2"]
+    run = speedrun.RUNS_TABLE["record_muon_afafaf_seed2"]
     args = base_model_args(project_root, tmp_path, *speedrun._record_command(run)[1:])
     fv = train_cli.define_flags(flags.FlagValues())
     fv(["train.py", *args, f"--data_dir={word_data}", "--cutoffs=none"])
     config = train_cli.config_from_flags(fv)[0]
     assert (config.recipe, config.model.architecture, config.model.seed) == (
-        "fast", "afafaf", 2)
+        "muon", "afafaf", 2)
+    assert (config.precision, config.intra_op_threads, config.inter_op_threads) == (
+        "mixed_bfloat16", 1, 2)
 
 
 def test_report_collects_a_finished_run(trained_run, tmp_path, monkeypatch):
     runs, results = tmp_path / "runs", tmp_path / "results"
     monkeypatch.setattr(speedrun, "RUNS", runs)
     monkeypatch.setattr(speedrun, "RESULTS", results)
-    name = "record_fast_aaafaf_seed1"
+    name = "record_muon_aaafaf_seed1"
     shutil.copytree(trained_run("transformer_xl"), runs / name)
     (runs / f"{name}.console.log").write_text(
         "I1129 02:00:00.000000 1 train.py:1] run: full config in x\n"

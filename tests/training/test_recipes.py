@@ -166,3 +166,42 @@ def test_base_model_sh_refuses_a_spaced_recipe(project_root):
     assert done.returncode == 1
     assert done.stderr.strip() == ("error: give the recipe as --recipe=NAME (one word), "
                                    "e.g. --recipe=fast")
+
+
+def test_the_muon_recipe_sets_muons_options(parse):
+    config = parse("--recipe=muon")
+    assert (config.optimizer, config.muon_rms_rate, config.muon_ns_bfloat16) == ("muon", 0.15, 1.0)
+    assert config.model.dropout == 0.1 and config.epochs == 10
+    with pytest.raises(ConfigError, match="--muon_rms_rate=0.2 contradicts --recipe=muon"):
+        parse("--recipe=muon", "--muon_rms_rate=0.2")
+    with pytest.raises(ConfigError, match="--optimizer=adam contradicts --recipe=muon"):
+        parse("--recipe=muon", "--optimizer=adam")
+    assert parse("--recipe=muon", "--muon_ns_bfloat16=1").muon_ns_bfloat16 == 1.0
+
+
+@pytest.mark.slow
+def test_the_muon_recipe_trains_the_tiny_preset_and_resumes_with_it(tiny_data, tmp_path,
+                                                                       run_python):
+    import json
+    import math
+
+    from training.run.loop import read_training_log
+
+    model_dir = tmp_path / "run"
+    common = ["train.py", "--preset=tiny", "--recipe=muon", f"--data_dir={tiny_data}",
+              f"--model_dir={model_dir}", f"--logdir={tmp_path / 'logs'}", "--log_interval=5",
+              "--eval_interval=0", "--eval_max_records=4", "--sample_tokens=0",
+              "--warmup_steps=5", "--checkpoint_interval=10"]
+    ran = run_python([*common, "--max_steps=10"])
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    saved = json.loads((model_dir / "config.json").read_text())
+    assert (saved["recipe"], saved["optimizer"], saved["muon_rms_rate"],
+            saved["muon_ns_bfloat16"]) == ("muon", "muon", 0.15, 1.0)
+    ran = run_python([*common, "--max_steps=20"])
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert "resum" in ran.stderr.lower()
+    assert json.loads((model_dir / "config.json").read_text())["recipe"] == "muon"
+    rows = [row for row in read_training_log(model_dir / "training_log.log") if "loss" in row]
+    assert [row["step"] for row in rows] == [5, 10, 15, 20]
+    assert all(math.isfinite(row["loss"]) for row in rows)
+    assert rows[-1]["loss"] < rows[0]["loss"]
