@@ -198,3 +198,57 @@ def test_tau_zero_anneal_steps_and_errors():
     with pytest.raises(ValueError, match="anneal_steps"):
         tau_at(0, 1.0, 0.1, -1)
     assert tau_schedules.TAU_SCHEDULES == ("exponential", "linear")
+
+
+def _wsd_by_hand(step, peak, warmup, total, floor, fraction):
+    """Warm-up, the peak held, a linear decay over the last `fraction` of the rest."""
+    if step < warmup:
+        return peak * step / warmup
+    if step >= total:
+        return floor
+    p = (step - warmup) / (total - warmup)
+    if p <= 1 - fraction:
+        return peak
+    return floor + (peak - floor) * (1 - p) / fraction
+
+
+@pytest.mark.parametrize("fraction", [0.2, 0.5, 1.0])
+def test_wsd_matches_its_definition_at_every_step(fraction):
+    s = make_lr_schedule("wsd", 2e-3, 10, 210, 1e-5, cooldown_fraction=fraction)
+    assert isinstance(s, schedules.WarmupStableDecaySchedule)
+    steps = np.arange(0, 260)
+    got = np.array([float(v) for v in s(tf.constant(steps))])
+    want = np.array([_wsd_by_hand(int(t), 2e-3, 10, 210, 1e-5, fraction) for t in steps])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-10)
+    # The peak is held until the decay starts, and 1 is the linear schedule.
+    assert got[10: 10 + int(200 * (1 - fraction)) + 1].min() == pytest.approx(2e-3)
+    if fraction == 1.0:
+        lin = make_lr_schedule("linear", 2e-3, 10, 210, 1e-5)
+        np.testing.assert_allclose(got, [float(v) for v in lin(tf.constant(steps))], rtol=1e-6)
+
+
+def test_wsd_round_trips_and_refuses_a_bad_fraction():
+    s = make_lr_schedule("wsd", 1.0, 5, 105, 0.0, cooldown_fraction=0.3)
+    back = keras.saving.deserialize_keras_object(
+        json.loads(json.dumps(keras.saving.serialize_keras_object(s))))
+    assert type(back) is type(s) and back.get_config() == s.get_config()
+    assert back.get_config()["cooldown_fraction"] == 0.3
+    for bad in (0, 1.5, -0.1, True):
+        with pytest.raises(ValueError, match="cooldown_fraction must be in"):
+            make_lr_schedule("wsd", 1.0, 5, 105, 0.0, cooldown_fraction=bad)
+
+
+def test_trainer_builds_wsd_from_the_flags(tiny_data, tmp_path):
+    from tests.helpers.trainers import family_config, make_trainer
+    from training.setup.config import ConfigError
+
+    config = family_config(tiny_data, tmp_path / "run", "transformer_xl", "--lr_schedule=wsd",
+                           "--lr_cooldown_fraction=0.25", "--max_steps=100",
+                           "--warmup_steps=10", "--learning_rate=1e-3", "--min_lr=0")
+    schedule = make_trainer(config).lr_schedule
+    assert isinstance(schedule, schedules.WarmupStableDecaySchedule)
+    # Held at the peak to 100 - 0.25 * 90 steps, then linear to 0 at step 100.
+    assert lr(schedule, 77) == pytest.approx(1e-3)
+    assert lr(schedule, 88) == pytest.approx(1e-3 * 12 / 22.5, rel=1e-5)
+    with pytest.raises(ConfigError, match=r"--lr_cooldown_fraction=0\.0: must be in \(0, 1\]"):
+        family_config(tiny_data, tmp_path / "bad", "transformer_xl", "--lr_cooldown_fraction=0")

@@ -2,7 +2,8 @@
 
 Learning rate: a linear warmup from 0 (constant: from peak / warmup, the
 SHA-RNN reference's count) to `peak_lr` over `warmup_steps`, then a
-decay (cosine, linear or none) that reaches `min_lr` at `decay_steps` (the
+decay (cosine, linear, none, or the peak held then a linear decay over the last
+steps: wsd) that reaches `min_lr` at `decay_steps` (the
 total number of steps, warmup included) and stays there: a run that goes on
 past its planned length never sees the learning rate rise again, unlike a
 periodic cosine. Or, after the same warmup, the inverse square root decay of
@@ -20,7 +21,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from training.setup.plan import LR_SCHEDULES  # the names live without TensorFlow, for the flags
+from training.setup.plan import COOLDOWN_FRACTION, LR_SCHEDULES  # without TensorFlow: the flags
 
 
 def _check_lr_args(peak_lr, warmup_steps, decay_steps, min_lr):
@@ -166,27 +167,60 @@ class WarmupInverseSqrtSchedule(_WarmupDecaySchedule):
             return tf.where(step < warmup, warm_lr, decay_lr)
 
 
+@keras.saving.register_keras_serializable(package="par")
+class WarmupStableDecaySchedule(_WarmupDecaySchedule):
+    """Linear warmup to `peak_lr`, the peak held, then a linear decay to `min_lr` over the
+    last `cooldown_fraction` of the steps after the warmup (warmup-stable-decay).
+
+    With `p = (s - warmup_steps) / (decay_steps - warmup_steps)` and `f =
+    cooldown_fraction`: `lr(s) = peak_lr` for `p <= 1 - f`, then `min_lr + (peak_lr -
+    min_lr) * (1 - p) / f`, reaching `min_lr` at `decay_steps`; `f = 1` is
+    `WarmupLinearSchedule`.
+
+    Args:
+        cooldown_fraction: in (0, 1], the share of the post-warmup steps spent decaying.
+        (the others as `WarmupCosineSchedule`.)
+    """
+
+    def __init__(self, peak_lr, warmup_steps, decay_steps, min_lr=0.0,
+                 cooldown_fraction=COOLDOWN_FRACTION, name=None):
+        if not (is_python_number(cooldown_fraction) and 0 < cooldown_fraction <= 1):
+            raise ValueError(f"cooldown_fraction must be in (0, 1], got {cooldown_fraction!r}")
+        super().__init__(peak_lr, warmup_steps, decay_steps, min_lr, name)
+        self.cooldown_fraction = float(cooldown_fraction)
+
+    def _decay(self, progress):
+        return tf.minimum(1.0, (1.0 - progress) / self.cooldown_fraction)
+
+    def get_config(self):
+        return {**super().get_config(), "cooldown_fraction": self.cooldown_fraction}
+
+
 _SCHEDULE_CLASSES = {
     "cosine": WarmupCosineSchedule,
     "linear": WarmupLinearSchedule,
     "constant": WarmupConstantSchedule,
     "inverse_sqrt": WarmupInverseSqrtSchedule,
+    "wsd": WarmupStableDecaySchedule,
 }
 assert tuple(_SCHEDULE_CLASSES) == LR_SCHEDULES, "a schedule name without a class, or the reverse"
 
 
-def make_lr_schedule(kind, peak_lr, warmup_steps, decay_steps, min_lr=0.0):
+def make_lr_schedule(kind, peak_lr, warmup_steps, decay_steps, min_lr=0.0,
+                     cooldown_fraction=COOLDOWN_FRACTION):
     """Builds the learning-rate schedule named by `kind`.
 
     Args:
-        kind: "cosine", "linear", "constant" or "inverse_sqrt"; all start
-            with a linear warmup.
+        kind: "cosine", "linear", "constant", "inverse_sqrt" or "wsd"; all
+            start with a linear warmup.
         peak_lr: learning rate at the end of warmup.
         warmup_steps: warmup length in steps.
         decay_steps: total steps (warmup included) at which `min_lr` is
             reached (ignored by "inverse_sqrt", which decays for ever).
         min_lr: floor after the decay; ignored by "constant", which holds
             `peak_lr` after warmup.
+        cooldown_fraction: "wsd" only: the share of the post-warmup steps over
+            which it decays (it holds the peak before).
 
     Returns:
         A `keras.optimizers.schedules.LearningRateSchedule`.
@@ -198,5 +232,8 @@ def make_lr_schedule(kind, peak_lr, warmup_steps, decay_steps, min_lr=0.0):
         raise ValueError(f"unknown learning-rate schedule {kind!r}; expected one of {LR_SCHEDULES}")
     if kind == "constant":
         min_lr = peak_lr
+    if kind == "wsd":
+        return WarmupStableDecaySchedule(peak_lr, warmup_steps, decay_steps, min_lr,
+                                         cooldown_fraction)
     return _SCHEDULE_CLASSES[kind](peak_lr, warmup_steps, decay_steps, min_lr)
 

@@ -136,7 +136,8 @@ class Trainer:
                                           config.warmup_fraction)
         self.lr_schedule = schedules.make_lr_schedule(
             config.lr_schedule, config.learning_rate, self.warmup_steps,
-            config.decay_steps or max(self.horizon, self.warmup_steps), config.min_lr)
+            config.decay_steps or max(self.horizon, self.warmup_steps), config.min_lr,
+            config.lr_cooldown_fraction)
         logging.info(
             "schedules planned for %d steps%s; learning-rate warm-up %d steps%s", self.horizon,
             "" if self.horizon == self.total_steps else

@@ -38,6 +38,7 @@ from training import plugins
 from training.optimizers import OPTIMIZERS as _OPTIMIZER_TABLE
 from training.optimizers import option_owners
 from training.setup.plan import (  # noqa: F401  (the run's plan, for the callers that read it here)
+    COOLDOWN_FRACTION,
     LR_SCHEDULES,
     WARMUP_FRACTION,
     capped_warmup,
@@ -181,6 +182,10 @@ class TrainConfig(ConfigBase):
     decay_steps: int = _field(0, "schedule", "Step at which --min_lr is reached (0: the end "
                               "planned at the first start).")
     min_lr: float = _field(0.0, "schedule", "Learning-rate floor.")
+    lr_cooldown_fraction: float = _field(
+        COOLDOWN_FRACTION, "schedule", "With --lr_schedule=wsd: the share of the steps after "
+        "the warm-up over which the rate decays linearly from the peak to --min_lr (the peak "
+        "is held before; 1 is --lr_schedule=linear).")
     # Run length.
     epochs: int = _field(20, "run length", "Passes over the training split (if --max_steps "
                          "is 0).")
@@ -319,6 +324,7 @@ class TrainConfig(ConfigBase):
         require(0 <= self.ema_decay < 1, "ema_decay", "must be in [0, 1) (0: off; the "
                 "usual values are 0.99 to 0.9999)")
         require(0 < self.warmup_fraction <= 1, "warmup_fraction", "must be in (0, 1]")
+        require(0 < self.lr_cooldown_fraction <= 1, "lr_cooldown_fraction", "must be in (0, 1]")
         for flag, (option, owners) in option_owners().items():
             if getattr(self, flag, None) is None:
                 continue

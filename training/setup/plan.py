@@ -13,7 +13,9 @@ importing the config module.
 """
 
 # The learning-rate schedules by name (training/optimizers/schedules.py implements them).
-LR_SCHEDULES = ("cosine", "linear", "constant", "inverse_sqrt")
+LR_SCHEDULES = ("cosine", "linear", "constant", "inverse_sqrt", "wsd")
+# The default share of the steps after the warm-up that --lr_schedule=wsd decays over.
+COOLDOWN_FRACTION = 0.2
 # The learning-rate warm-up is at most this fraction of the planned steps
 # (the default of --warmup_fraction).
 WARMUP_FRACTION = 0.1
