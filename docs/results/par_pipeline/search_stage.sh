@@ -5,17 +5,12 @@
 #   search_stage.sh RUNS_DIR NAME_PREFIX [train.py flags...]
 # trains seed s in RUNS_DIR/NAME_PREFIX<s> (console log beside it, .console.log), the given
 # flags after the stage's own (later flags win). SEEDS (default "0 1 2") and CORE (default
-# 0) choose the seeds and the core. Run from the project root after ./create_tfrecords.sh.
+# 0) choose the seeds and the core (per_seed.sh). Run from the project root after
+# ./create_tfrecords.sh.
 set -euo pipefail
 runs="${1:?give RUNS_DIR NAME_PREFIX [flags...]}"
 prefix="${2:?give RUNS_DIR NAME_PREFIX [flags...]}"
 shift 2
-core="${CORE:-0}"
-seeds="${SEEDS:-0 1 2}"
-mkdir -p "$runs"
-for s in $seeds; do
-  taskset -c "$core" ./base_model.sh --model_dir="$runs/$prefix$s" --seed="$s" \
-    --epochs=2 --warmup_steps=1000 --arch_warmup_steps=2000 --eval_interval=2500 \
-    --checkpoint_interval=2500 --freeze_threshold=0 --stop_rule=stable --stop_window=1000 \
-    "$@" >> "$runs/$prefix$s.console.log" 2>&1
-done
+exec "$(dirname "$0")/per_seed.sh" "$runs" "$prefix" \
+  --epochs=2 --warmup_steps=1000 --arch_warmup_steps=2000 --eval_interval=2500 \
+  --checkpoint_interval=2500 --freeze_threshold=0 --stop_rule=stable --stop_window=1000 "$@"
