@@ -39,8 +39,10 @@ RUNS = pathlib.Path("runs", "speedrun")
 RESULTS = pathlib.Path("docs", "results", "speedrun")
 # The derived network of the seed's search, trained from scratch (PAR's second stage).
 RETRAIN = ["--architecture=aaafaf", "--arch_warmup_steps=0"]
-# A screen: three epochs, evaluated once per epoch (2,726 records per epoch).
-SCREEN = ["--epochs=3", "--eval_interval=2726", "--checkpoint_interval=2726"]
+# Evaluated and checkpointed once per epoch (2,726 records per epoch).
+EVERY_EPOCH = ("--eval_interval=2726", "--checkpoint_interval=2726")
+# A screen: three epochs, evaluated once per epoch.
+SCREEN = ["--epochs=3", *EVERY_EPOCH]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +69,12 @@ def _screen(name, lever, *flags):
     return Run(name, lever, tuple(SCREEN) + flags)
 
 
+# The muon recipe's step before the recipe existed, 10 epochs, in mixed bfloat16: the runs
+# that measured it and the levers tried on top of it.
+MUON_E10 = ("--epochs=10", "--optimizer=muon", "--learning_rate=2e-3", "--muon_rms_rate=0.15",
+            "--muon_ns_bfloat16=1", "--precision=mixed_bfloat16")
+
+
 # The machine's flags of a record on the development CPU (AVX512_BF16): mixed bfloat16 and
 # one intra-op / two inter-op threads (speedrun.md, "Threads and replicas").
 CPU_FLAGS = ("--precision=mixed_bfloat16", "--intra_op_threads=1", "--inter_op_threads=2")
@@ -75,8 +83,7 @@ CPU_FLAGS = ("--precision=mixed_bfloat16", "--intra_op_threads=1", "--inter_op_t
 def _record(recipe, architecture, seed):
     name = f"record_{recipe}_{architecture}_seed{seed}"
     return Run(name, f"--recipe={recipe}, {architecture}, seed {seed}",
-               (f"--recipe={recipe}", f"--seed={seed}", *CPU_FLAGS, "--eval_interval=2726",
-                "--checkpoint_interval=2726"), record=True)
+               (f"--recipe={recipe}", f"--seed={seed}", *CPU_FLAGS, *EVERY_EPOCH), record=True)
 
 
 RUNS_TABLE = {run.name: run for run in (
@@ -92,63 +99,52 @@ RUNS_TABLE = {run.name: run for run in (
     # Nine epochs (the budget 30 minutes on both cores allows) with dropout kept: the
     # 3-epoch screens' dropout 0 overfits at this length.
     Run("e9_lr2e3", "learning rate 2e-3, dropout 0.1, 9 epochs",
-        ("--epochs=9", "--learning_rate=2e-3", "--eval_interval=2726",
-         "--checkpoint_interval=2726")),
+        ("--epochs=9", "--learning_rate=2e-3", *EVERY_EPOCH)),
     Run("e9_lr3e3", "learning rate 3e-3, dropout 0.1, 9 epochs",
-        ("--epochs=9", "--learning_rate=3e-3", "--eval_interval=2726",
-         "--checkpoint_interval=2726")),
+        ("--epochs=9", "--learning_rate=3e-3", *EVERY_EPOCH)),
     Run("e9_muon_lr2e3", "Muon (Adam on the embedding and softmax), learning rate 2e-3, "
         "dropout 0.1, 9 epochs",
-        ("--epochs=9", "--optimizer=muon", "--learning_rate=2e-3", "--eval_interval=2726",
-         "--checkpoint_interval=2726")),
+        ("--epochs=9", "--optimizer=muon", "--learning_rate=2e-3", *EVERY_EPOCH)),
     Run("e11_muon_lr2e3", "Muon, learning rate 2e-3, dropout 0.1, 11 epochs",
-        ("--epochs=11", "--optimizer=muon", "--learning_rate=2e-3", "--eval_interval=2726",
-         "--checkpoint_interval=2726")),
+        ("--epochs=11", "--optimizer=muon", "--learning_rate=2e-3", *EVERY_EPOCH)),
     # The two levers most likely to give Muon's 9 epochs the last 1%: an average of the
     # weights for evaluation, and a larger step of the hidden matrices than of the Adam part.
     Run("e9_muon_lr2e3_ema999", "Muon, learning rate 2e-3, dropout 0.1, 9 epochs, EMA of the "
         "weights 0.999 for evaluation",
         ("--epochs=9", "--optimizer=muon", "--learning_rate=2e-3", "--ema_decay=0.999",
-         "--eval_interval=2726", "--checkpoint_interval=2726")),
+         *EVERY_EPOCH)),
     Run("e9_muon_lr2e3_rms03", "Muon, learning rate 2e-3, dropout 0.1, 9 epochs, Muon's "
         "update scale 0.3 (the matrices' step 1.5x the Adam part's)",
         ("--epochs=9", "--optimizer=muon", "--learning_rate=2e-3", "--muon_rms_rate=0.3",
-         "--eval_interval=2726", "--checkpoint_interval=2726")),
+         *EVERY_EPOCH)),
     # On a CPU with bfloat16 instructions (AVX512_BF16) a Muon step in mixed bfloat16 runs
     # about 1.4x the float32 one: the lever's price in quality.
     Run("e9_muon_lr2e3_bf16", "Muon, learning rate 2e-3, dropout 0.1, 9 epochs, mixed "
         "bfloat16", ("--epochs=9", "--optimizer=muon", "--learning_rate=2e-3",
-                     "--precision=mixed_bfloat16", "--eval_interval=2726",
-                     "--checkpoint_interval=2726")),
+                     "--precision=mixed_bfloat16", *EVERY_EPOCH)),
     # Muon's update scale 0.3 trailed 0.2 at every evaluation, so the other side: 0.15
     # (the matrices' step 0.75x the Adam part's), in bfloat16 for this CPU's speed.
     Run("e9_muon_rms015_bf16", "Muon, learning rate 2e-3, dropout 0.1, 9 epochs, Muon's "
         "update scale 0.15 (the matrices' step 0.75x the Adam part's), mixed bfloat16",
         ("--epochs=9", "--optimizer=muon", "--learning_rate=2e-3", "--muon_rms_rate=0.15",
-         "--precision=mixed_bfloat16", "--eval_interval=2726", "--checkpoint_interval=2726")),
+         "--precision=mixed_bfloat16", *EVERY_EPOCH)),
     # The candidate for the record: Muon's update scale 0.15 (ahead of 0.2 by 2% mid-run),
     # the Newton-Schulz iteration in bfloat16 (1.11x the step on both cores) and 10 epochs,
     # which that speed fits in 30 minutes on both cores.
     Run("e10_muon_rms015_nsbf16_bf16", "Muon, learning rate 2e-3, dropout 0.1, 10 epochs, "
         "update scale 0.15, Newton-Schulz in bfloat16, mixed bfloat16",
-        ("--epochs=10", "--optimizer=muon", "--learning_rate=2e-3", "--muon_rms_rate=0.15",
-         "--muon_ns_bfloat16=1", "--precision=mixed_bfloat16", "--eval_interval=2726",
-         "--checkpoint_interval=2726")),
+        (*MUON_E10, *EVERY_EPOCH)),
     # The same with dropout 0.15: at 11 epochs of Muon the training perplexity (with dropout
     # on) ran at 36 against 44 valid, and dropout 0 overfit badly at 9 epochs, so the model
     # may want more regularisation at this length, not less.
     Run("e10_muon_rms015_nsbf16_bf16_drop015", "Muon, learning rate 2e-3, dropout 0.15, "
         "10 epochs, update scale 0.15, Newton-Schulz in bfloat16, mixed bfloat16",
-        ("--epochs=10", "--optimizer=muon", "--learning_rate=2e-3", "--muon_rms_rate=0.15",
-         "--muon_ns_bfloat16=1", "--precision=mixed_bfloat16", "--dropout=0.15",
-         "--eval_interval=2726", "--checkpoint_interval=2726")),
+        (*MUON_E10, "--dropout=0.15", *EVERY_EPOCH)),
     # The schedule, the lever left with the best prior for the last 0.7%: the muon recipe's
     # step with the peak held and a linear decay over the last 20% (warm-up, stable,
     # decay), and with a linear decay over the whole run.
     *(Run(f"e10_muon_{name}", f"the muon recipe's step, 10 epochs, {lever}",
-          ("--epochs=10", "--optimizer=muon", "--learning_rate=2e-3", "--muon_rms_rate=0.15",
-           "--muon_ns_bfloat16=1", "--precision=mixed_bfloat16", *flags,
-           "--eval_interval=2726", "--checkpoint_interval=2726"))
+          (*MUON_E10, *flags, *EVERY_EPOCH))
       for name, lever, flags in (
           ("wsd02", "learning rate held at the peak, then linear to the floor over the last "
            "20% (--lr_schedule=wsd)", ("--lr_schedule=wsd", "--lr_cooldown_fraction=0.2")),
@@ -157,11 +153,11 @@ RUNS_TABLE = {run.name: run for run in (
     # The seed recipe (20 epochs of Adam at 1e-3) in mixed bfloat16: whether the PAR
     # pipeline's retrain can take bfloat16's speed at its quality.
     Run("e20_seed_bf16", "the seed recipe (Adam 1e-3, 20 epochs) in mixed bfloat16",
-        ("--precision=mixed_bfloat16", "--eval_interval=2726", "--checkpoint_interval=2726")),
+        ("--precision=mixed_bfloat16", *EVERY_EPOCH)),
     # The fast recipe at its full length on one core: its quality (the record's wall
     # time needs both cores).
     Run("fast_seed0_one_core", "--recipe=fast at its full length, one core",
-        ("--recipe=fast", "--eval_interval=2726", "--checkpoint_interval=2726")),
+        ("--recipe=fast", *EVERY_EPOCH)),
     *(_record(recipe, arch, seed) for recipe in ("muon",) for arch in ("aaafaf", "afafaf")
       for seed in (0, 1, 2)),
 )}
