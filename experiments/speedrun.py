@@ -156,6 +156,12 @@ RUNS_TABLE = {run.name: run for run in (
           # another kind than dropout, which was settled at 0.1.
           ("wd005", "decoupled weight decay 0.05 of the weight matrices "
            "(--weight_decay=0.05)", ("--weight_decay=0.05",)))),
+    # The matrices' step went the right way each time it was made smaller (update scale
+    # 0.3 < 0.2 < 0.15 at every evaluation), and holding the peak rate longer (wsd02)
+    # lost: the next step down, 0.1 (the matrices' step half the Adam part's).
+    Run("e10_muon_rms010", "the muon recipe's step, 10 epochs, Muon's update scale 0.1 "
+        "(was 0.15)", (*(f if f != "--muon_rms_rate=0.15" else "--muon_rms_rate=0.1"
+                         for f in MUON_E10), *EVERY_EPOCH)),
     # The seed recipe (20 epochs of Adam at 1e-3) in mixed bfloat16: whether the PAR
     # pipeline's retrain can take bfloat16's speed at its quality.
     Run("e20_seed_bf16", "the seed recipe (Adam 1e-3, 20 epochs) in mixed bfloat16",
