@@ -170,7 +170,8 @@ def test_base_model_sh_refuses_a_spaced_recipe(project_root):
 
 def test_the_muon_recipe_sets_muons_options(parse):
     config = parse("--recipe=muon")
-    assert (config.optimizer, config.muon_rms_rate, config.muon_ns_bfloat16) == ("muon", 0.15, 1.0)
+    assert (config.optimizer, config.muon_rms_rate, config.muon_ns_bfloat16,
+            config.weight_decay) == ("muon", 0.15, 1.0, 0.05)
     assert config.model.dropout == 0.1 and config.epochs == 10
     with pytest.raises(ConfigError, match="--muon_rms_rate=0.2 contradicts --recipe=muon"):
         parse("--recipe=muon", "--muon_rms_rate=0.2")
@@ -196,7 +197,7 @@ def test_the_muon_recipe_trains_the_tiny_preset_and_resumes_with_it(tiny_data, t
     assert ran.returncode == 0, ran.stderr[-3000:]
     saved = json.loads((model_dir / "config.json").read_text())
     assert (saved["recipe"], saved["optimizer"], saved["muon_rms_rate"],
-            saved["muon_ns_bfloat16"]) == ("muon", "muon", 0.15, 1.0)
+            saved["muon_ns_bfloat16"], saved["weight_decay"]) == ("muon", "muon", 0.15, 1.0, 0.05)
     ran = run_python([*common, "--max_steps=20"])
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert "resum" in ran.stderr.lower()
