@@ -287,6 +287,9 @@ def replica_rows(batch_size: int, num_replicas: int, replica_id: int) -> tuple[i
     return replica_id * per, (replica_id + 1) * per
 
 
+# The records parsed at once and the batches read ahead by `make_dataset` (fixed: see there).
+PARSE_CALLS = 2
+PREFETCH_BATCHES = 2
 
 
 def make_dataset(data_dir: str, split: str, *, meta: dict | None = None, num_replicas: int = 1,
@@ -348,5 +351,13 @@ def make_dataset(data_dir: str, split: str, *, meta: dict | None = None, num_rep
     ds = records_from(first)
     if repeat:
         ds = ds.concatenate(records_from(0).repeat()) if first else ds.repeat()
-    ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return ds.prefetch(tf.data.AUTOTUNE) if prefetch else ds
+    ds = ds.map(parse, num_parallel_calls=PARSE_CALLS, deterministic=True)
+    if prefetch:
+        ds = ds.prefetch(PREFETCH_BATCHES)
+    # Fixed sizes, no autotuning: tf.data's autotuning thread made dropping an iterator
+    # wait up to a minute for it (about 40 s at every third epoch end of a record run,
+    # docs/results/speedrun.md), and parsing a record costs microseconds against a
+    # training step's tens of milliseconds, so there is nothing to tune.
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return ds.with_options(options)

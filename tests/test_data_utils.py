@@ -274,6 +274,15 @@ def test_skip_and_repeat(built):
         data_utils.make_dataset(str(out), "valid", skip_records=R + 1)
 
 
+
+def test_no_autotuning_thread(built):
+    """The datasets run without tf.data's autotuning: dropping an iterator waited for its
+    thread (up to a minute) at the end of every epoch it happened to be asleep."""
+    out, _, _ = built
+    for kwargs in ({}, {"prefetch": False}, {"repeat": True, "skip_records": 1}):
+        ds = data_utils.make_dataset(str(out), "valid", **kwargs)
+        assert ds.options().autotune.enabled is False
+
 def _copy(built, tmp_path):
     dst = tmp_path / "copy"
     shutil.copytree(built[0], dst)
