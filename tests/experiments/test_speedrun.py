@@ -46,6 +46,11 @@ def test_record_runs_use_the_recipe_and_their_architecture(project_root, tmp_pat
         "muon", "afafaf", 2)
     assert (config.precision, config.intra_op_threads, config.inter_op_threads) == (
         "mixed_bfloat16", 1, 2)
+    # A second take runs the same command as the first.
+    take2 = speedrun.RUNS_TABLE["record_muon_aaafaf_seed0_take2"]
+    first = speedrun.RUNS_TABLE["record_muon_aaafaf_seed0"]
+    assert (speedrun._record_command(take2)[2:] == speedrun._record_command(first)[2:]
+            and take2.record)
 
 
 def test_report_collects_a_finished_run(trained_run, tmp_path, monkeypatch):
@@ -71,8 +76,9 @@ def test_report_collects_a_finished_run(trained_run, tmp_path, monkeypatch):
         assert (results / name / artefact).is_file(), artefact
     summary = json.loads((results / "summary.json").read_text())
     assert summary["cores"] == 2 and summary["runs"] == [
-        {"architecture": row["architecture"], "seed": row["seed"], "wall_min": 2.0,
-         "test_ppl": row["test_ppl"]}]
+        {"name": name, "architecture": row["architecture"], "seed": row["seed"],
+         "wall_min": 2.0, "test_ppl": row["test_ppl"]}]
+    assert summary["command"].startswith("./base_model.sh --recipe=muon ")
     # Collecting one run by name keeps the other runs' rows, in the table's order.
     earlier = {"name": "s3_base", "record": False}
     (results / "runs.json").write_text(json.dumps({"runs": [earlier, row]}))
