@@ -180,7 +180,7 @@ RUNS_TABLE = {run.name: run for run in (
     *(_record(recipe, arch, seed) for recipe in ("muon",) for arch in ("aaafaf", "afafaf")
       for seed in (0, 1, 2)),
     # Seed 0 again once the training input no longer stalled at epoch ends (tf.data's
-    # autotuning thread, 2.6 of the first run's 30.7 minutes): the same command.
+    # autotuning thread, 2.7 of the first run's 30.7 minutes): the same command.
     _record("muon", "aaafaf", 0, "_take2"),
 )}
 
