@@ -80,10 +80,13 @@ MUON_E10 = ("--epochs=10", "--optimizer=muon", "--learning_rate=2e-3", "--muon_r
 CPU_FLAGS = ("--precision=mixed_bfloat16", "--intra_op_threads=1", "--inter_op_threads=2")
 
 
-def _record(recipe, architecture, seed, take=""):
-    """A record's run; `take` names a second run of the same command (after a fix)."""
-    name = f"record_{recipe}_{architecture}_seed{seed}{take}"
-    return Run(name, f"--recipe={recipe}, {architecture}, seed {seed}{take and ', ' + take[1:]}",
+def _record(recipe, architecture, seed, take=None):
+    """A record's run; `take` (e.g. "take2") names another run of the same command."""
+    name = f"record_{recipe}_{architecture}_seed{seed}"
+    lever = f"--recipe={recipe}, {architecture}, seed {seed}"
+    if take:
+        name, lever = f"{name}_{take}", f"{lever}, {take}"
+    return Run(name, lever,
                (f"--recipe={recipe}", f"--seed={seed}", *CPU_FLAGS, *EVERY_EPOCH), record=True)
 
 
@@ -181,7 +184,7 @@ RUNS_TABLE = {run.name: run for run in (
       for seed in (0, 1, 2)),
     # Seed 0 again once the training input no longer stalled at epoch ends (tf.data's
     # autotuning thread, 2.7 of the first run's 30.7 minutes): the same command.
-    _record("muon", "aaafaf", 0, "_take2"),
+    _record("muon", "aaafaf", 0, "take2"),
 )}
 
 

@@ -354,9 +354,9 @@ def make_dataset(data_dir: str, split: str, *, meta: dict | None = None, num_rep
     ds = ds.map(parse, num_parallel_calls=PARSE_CALLS, deterministic=True)
     if prefetch:
         ds = ds.prefetch(PREFETCH_BATCHES)
-    # Fixed sizes, no autotuning: tf.data's autotuning thread made dropping an iterator
-    # wait up to a minute for it (about 40 s at every third epoch end of a record run,
-    # docs/results/speedrun.md), and parsing a record costs microseconds against a
+    # Fixed sizes, no autotuning: dropping an iterator waited for tf.data's autotuning
+    # thread (40-55 s at three or four of a record run's ten epoch ends,
+    # docs/results/speedrun.md#the-record-runs), and parsing a record costs microseconds against a
     # training step's tens of milliseconds, so there is nothing to tune.
     options = tf.data.Options()
     options.autotune.enabled = False

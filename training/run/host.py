@@ -169,7 +169,8 @@ class RunLoop:
                 evaluated_at = self.step
                 stop = stop or self._early_stop_due()
         # Released before the last evaluations: tearing a tf.data iterator down waits for
-        # its threads, which has taken a minute after a long search.
+        # its threads, which took up to a minute while tf.data autotuned (make_dataset no
+        # longer does; the message stays for any other slow teardown).
         with eta.said_if_slow("stopping the training input pipeline (tf.data threads)"):
             iterator = None
         self._check_stop()
