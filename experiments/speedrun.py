@@ -54,15 +54,19 @@ class Run:
         lever: what the run changes, in words.
         flags: base_model.sh flags after RETRAIN.
         record: a whole command of the record (else a screen).
+        pipeline: `./base_model.sh --pipeline` (search, then the derived network trained
+            in <name>_retrain) instead of the derived network alone.
     """
 
     name: str
     lever: str
     flags: tuple
     record: bool = False
+    pipeline: bool = False
 
     def command(self):
-        return ["./base_model.sh", f"--model_dir={RUNS / self.name}", *RETRAIN, *self.flags]
+        stage = ["--pipeline"] if self.pipeline else RETRAIN
+        return ["./base_model.sh", f"--model_dir={RUNS / self.name}", *stage, *self.flags]
 
 
 def _screen(name, lever, *flags):
@@ -185,6 +189,11 @@ RUNS_TABLE = {run.name: run for run in (
     # Seed 0 again once the training input no longer stalled at epoch ends (tf.data's
     # autotuning thread, 2.7 of the first run's 30.7 minutes): the same command.
     _record("muon", "aaafaf", 0, "take2"),
+    # The one-command PAR pipeline with the record's recipe and flags: the search (2 epochs
+    # at most, stopped once the derived network holds) and the derived network's 10 epochs,
+    # test and export, timed as a whole on both cores.
+    Run("pipeline_muon_seed0", "./base_model.sh --pipeline --recipe=muon, seed 0, both cores",
+        ("--recipe=muon", "--seed=0", *CPU_FLAGS), pipeline=True),
 )}
 
 
