@@ -19,7 +19,10 @@ tools.wall_time; sessions.json) to docs/results/speedrun/<name>/ and writes
 docs/results/speedrun/runs.json (one row per run: lever, flags, wall minutes
 of the whole command, median tokens/s, best valid, test at the best step) and
 summary.json (the record runs: command, cores, architecture, seed, wall
-minutes, test perplexity).
+minutes, test perplexity). A `pipeline` run is `./base_model.sh --pipeline` with its
+flags: its search is collected from runs/speedrun/<name> and the derived network it
+trained from runs/speedrun/<name>_retrain, whose test perplexity its row gives; its wall
+minutes are the whole command's (search, retrain, test and export).
 """
 
 import argparse
@@ -241,7 +244,8 @@ def _row(spec, run_dir, timing):
     config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
     best = metrics["best"]
     return {"name": spec.name, "lever": spec.lever, "flags": list(spec.flags),
-            "record": spec.record, "architecture": metrics.get("architecture"),
+            "record": spec.record, "pipeline": spec.pipeline,
+            "architecture": metrics.get("architecture"),
             "seed": config["model"]["seed"], "steps": metrics["step"],
             "wall_min": timing["command_minutes"],
             "log_minutes": timing["running_minutes"],
@@ -265,9 +269,13 @@ def report(names=None):
     rows = []
     for name, spec in RUNS_TABLE.items():
         run_dir, log = RUNS / name, RUNS / f"{name}.console.log"
-        if (names and name not in names) or not (run_dir / "metrics.json").is_file():
+        # A pipeline's figures are its derived network's (trained in <name>_retrain).
+        trained = RUNS / f"{name}_retrain" if spec.pipeline else run_dir
+        if (names and name not in names) or not (trained / "metrics.json").is_file():
             continue
         target = collect_run.collect(run_dir, RESULTS, console_log=log)
+        if spec.pipeline:
+            collect_run.collect(trained, RESULTS)
         timing = wall_time.wall_time(target / "console.log")
         timing["median_tokens_per_sec"] = wall_time.median_tokens_per_sec(
             target / "training_log.log")
@@ -280,7 +288,7 @@ def report(names=None):
             timing["command_minutes"] = timing["running_minutes"]
         (target / "wall_time.json").write_text(json.dumps(timing, indent=1) + "\n",
                                                encoding="utf-8")
-        rows.append(_row(spec, run_dir, timing))
+        rows.append(_row(spec, trained, timing))
     RESULTS.mkdir(parents=True, exist_ok=True)
     rows = _with_earlier_rows(rows) if names else rows
     (RESULTS / "runs.json").write_text(json.dumps({"runs": rows}, indent=1) + "\n",

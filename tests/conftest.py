@@ -13,6 +13,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # tests (and their children, which inherit this) send it to a closed loopback
 # port instead, so that nothing leaves the machine.
 os.environ.setdefault("GCE_METADATA_IP", "127.0.0.1:9")
+# The suite's two workers share two cores: each TensorFlow (a worker's and its children's,
+# which inherit this) runs an op on one intra-op thread instead of a pool of one per core,
+# which would put four busy threads on the two cores. A test that sets the thread pools
+# itself (--intra_op_threads) still does.
+os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 # The memory benchmarks read TensorFlow's CPU allocator statistics, which it keeps on an
 # AVX2-only CPU only when asked before it starts; the tests import them after TensorFlow
 # has started, so the whole session asks for them (bench/common.py, no TensorFlow).

@@ -86,6 +86,48 @@ def test_report_collects_a_finished_run(trained_run, tmp_path, monkeypatch):
     assert json.loads((results / "runs.json").read_text())["runs"] == [earlier, row]
 
 
+def test_pipeline_run_is_the_one_command_with_the_record_recipe(project_root, tmp_path,
+                                                                 word_data):
+    run = speedrun.RUNS_TABLE["pipeline_muon_seed0"]
+    command = run.command()
+    assert "--pipeline" in command and not any(a.startswith("--architecture") for a in command)
+    import train as train_cli
+
+    # The test's small data: a search window that fits its shorter search.
+    args = base_model_args(project_root, tmp_path, *command[1:], "--stop_window=100")
+    fv = train_cli.define_flags(flags.FlagValues())
+    fv(["train.py", *args, f"--data_dir={word_data}", "--cutoffs=none"])
+    config = train_cli.config_from_flags(fv)[0]
+    # The search stage with the recipe's weights optimisation; the derived network then
+    # trains the recipe's length (no --retrain_epochs).
+    assert (config.recipe, config.optimizer, config.epochs) == ("muon", "muon", 2)
+    assert config.search.then_retrain and config.search.retrain_epochs == 0
+    assert (config.precision, config.intra_op_threads) == ("mixed_bfloat16", 1)
+
+
+def test_report_takes_a_pipeline_row_from_its_derived_network(trained_run, tmp_path,
+                                                               monkeypatch):
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    monkeypatch.setattr(speedrun, "RUNS", runs)
+    monkeypatch.setattr(speedrun, "RESULTS", results)
+    name = "pipeline_muon_seed0"
+    shutil.copytree(trained_run("transformer_xl"), runs / name)
+    (runs / f"{name}.console.log").write_text(
+        "I1129 02:00:00.000000 1 train.py:1] run: full config in x\n")
+    assert speedrun.report([name]) == []  # the derived network is not trained yet
+    shutil.copytree(trained_run("transformer_xl"), runs / f"{name}_retrain")
+    metrics = json.loads((runs / f"{name}_retrain" / "metrics.json").read_text())
+    metrics["best"]["test"]["perplexity"] = 41.5
+    (runs / f"{name}_retrain" / "metrics.json").write_text(json.dumps(metrics))
+    speedrun._add_session(name, ["./base_model.sh", "--pipeline"], 600.0, 0)
+    [row] = speedrun.report([name])
+    assert (row["pipeline"], row["record"], row["test_ppl"], row["wall_min"]) == (
+        True, False, 41.5, 10.0)
+    assert (results / name / "console.log").is_file()
+    assert (results / f"{name}_retrain" / "metrics.json").is_file()
+    assert json.loads((results / "summary.json").read_text())["runs"] == []
+
+
 @pytest.mark.parametrize("argv", [["run", "no_such_run"], []])
 def test_bad_arguments_are_usage_errors(argv):
     with pytest.raises(SystemExit) as stop:
