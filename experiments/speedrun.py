@@ -278,7 +278,7 @@ def report(names=None):
             collect_run.collect(trained, RESULTS)
         timing = wall_time.wall_time(target / "console.log")
         timing["median_tokens_per_sec"] = wall_time.median_tokens_per_sec(
-            target / "training_log.log")
+            trained / "training_log.log")
         sessions = _sessions_path(name)
         if sessions.is_file():  # the whole commands, timed by `run`
             (target / "sessions.json").write_bytes(sessions.read_bytes())
