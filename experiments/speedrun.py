@@ -55,7 +55,7 @@ class Run:
     Attributes:
         name: runs/speedrun/<name>.
         lever: what the run changes, in words.
-        flags: base_model.sh flags after RETRAIN.
+        flags: base_model.sh flags after RETRAIN (or --pipeline).
         record: a whole command of the record (else a screen).
         pipeline: `./base_model.sh --pipeline` (search, then the derived network trained
             in <name>_retrain) instead of the derived network alone.

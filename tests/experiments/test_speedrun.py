@@ -12,36 +12,33 @@ from experiments import speedrun
 from tests.helpers.quick_look import base_model_args
 
 
-def _config(project_root, tmp_path, data_dir, run):
+def _config(project_root, tmp_path, data_dir, command, *extra):
+    """The TrainConfig of base_model.sh `command` (its argv) with `extra` flags after it."""
     import train as train_cli
 
-    args = base_model_args(project_root, tmp_path, *run.command()[1:])
+    args = base_model_args(project_root, tmp_path, *command[1:], *extra)
     fv = train_cli.define_flags(flags.FlagValues())
     fv(["train.py", *args, f"--data_dir={data_dir}", "--cutoffs=none"])
     return train_cli.config_from_flags(fv)[0]
 
 
 def test_each_screen_changes_its_lever_only(project_root, tmp_path, word_data):
-    base = _config(project_root, tmp_path, word_data, speedrun.RUNS_TABLE["s3_base"])
+    base = _config(project_root, tmp_path, word_data, speedrun.RUNS_TABLE["s3_base"].command())
     assert (base.model.architecture, base.epochs, base.search.arch_warmup_steps) == (
         "aaafaf", 3, 0)
     assert (base.optimizer, base.learning_rate, base.model.dropout) == ("adam", 1e-3, 0.1)
-    drop0 = _config(project_root, tmp_path, word_data, speedrun.RUNS_TABLE["s3_drop0"])
+    drop0 = _config(project_root, tmp_path, word_data,
+                    speedrun.RUNS_TABLE["s3_drop0"].command())
     assert drop0.model.dropout == 0.0
     assert drop0.replace(model=drop0.model.replace(dropout=0.1),
                          model_dir=base.model_dir) == base
-    lr = _config(project_root, tmp_path, word_data, speedrun.RUNS_TABLE["s3_lr2e3"])
+    lr = _config(project_root, tmp_path, word_data, speedrun.RUNS_TABLE["s3_lr2e3"].command())
     assert lr.replace(learning_rate=1e-3, model_dir=base.model_dir) == base
 
 
 def test_record_runs_use_the_recipe_and_their_architecture(project_root, tmp_path, word_data):
-    import train as train_cli
-
     run = speedrun.RUNS_TABLE["record_muon_afafaf_seed2"]
-    args = base_model_args(project_root, tmp_path, *speedrun._record_command(run)[1:])
-    fv = train_cli.define_flags(flags.FlagValues())
-    fv(["train.py", *args, f"--data_dir={word_data}", "--cutoffs=none"])
-    config = train_cli.config_from_flags(fv)[0]
+    config = _config(project_root, tmp_path, word_data, speedrun._record_command(run))
     assert (config.recipe, config.model.architecture, config.model.seed) == (
         "muon", "afafaf", 2)
     assert (config.precision, config.intra_op_threads, config.inter_op_threads) == (
@@ -91,13 +88,8 @@ def test_pipeline_run_is_the_one_command_with_the_record_recipe(project_root, tm
     run = speedrun.RUNS_TABLE["pipeline_muon_seed0"]
     command = run.command()
     assert "--pipeline" in command and not any(a.startswith("--architecture") for a in command)
-    import train as train_cli
-
     # The test's small data: a search window that fits its shorter search.
-    args = base_model_args(project_root, tmp_path, *command[1:], "--stop_window=100")
-    fv = train_cli.define_flags(flags.FlagValues())
-    fv(["train.py", *args, f"--data_dir={word_data}", "--cutoffs=none"])
-    config = train_cli.config_from_flags(fv)[0]
+    config = _config(project_root, tmp_path, word_data, command, "--stop_window=100")
     # The search stage with the recipe's weights optimisation; the derived network then
     # trains the recipe's length (no --retrain_epochs).
     assert (config.recipe, config.optimizer, config.epochs) == ("muon", "muon", 2)
