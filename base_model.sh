@@ -24,6 +24,8 @@
 # optimisation and the run's length come from the recipe instead of the seed
 # recipe's flags below (Adam 1e-3, cosine to 1e-5, clip 0.25, 20 epochs);
 # with --pipeline the derived network trains the recipe's length.
+# --retrain_recipe=NAME (with --pipeline): the derived network alone trains with
+# that recipe and its length; the search keeps the seed recipe (or --recipe).
 #
 # Afterwards, train the derived architecture from scratch (PAR's second stage):
 #   ./base_model.sh --model_dir=runs/wt2_base_derived \
@@ -53,6 +55,7 @@ PATH_FLAGS="data_dir model_dir logdir export init_from flagfile architecture"
 quick=0
 pipeline=0
 recipe=0
+retrain_recipe=0
 architecture=""
 model_dir=""
 export_given=0
@@ -74,11 +77,12 @@ for arg in "$@"; do
   elif [[ "$arg" == "--pipeline" ]]; then
     pipeline=1
     continue
-  elif [[ "$arg" == "--recipe" ]]; then
-    echo "error: give the recipe as --recipe=NAME (one word), e.g. --recipe=fast" >&2
+  elif [[ "$arg" == "--recipe" || "$arg" == "--retrain_recipe" ]]; then
+    echo "error: give the recipe as $arg=NAME (one word), e.g. $arg=muon" >&2
     exit 1
   fi
   [[ "$arg" == --recipe=* ]] && recipe=1
+  [[ "$arg" == --retrain_recipe=* ]] && retrain_recipe=1
   [[ "$arg" == --architecture=* ]] && architecture="${arg#*=}"
   [[ "$arg" == --export || "$arg" == --export=* ]] && export_given=1
   if [[ " $PATH_FLAGS " == *" $name "* && "$arg" == --* ]]; then
@@ -112,8 +116,9 @@ elif [[ $pipeline -eq 1 ]]; then
   if [[ -n "$model_dir" && $export_given -eq 0 ]]; then
     length+=(--export="${model_dir%/}.keras")
   fi
-  # The derived network's length: the recipe's, or the seed recipe's 20 epochs.
-  [[ $recipe -eq 1 ]] || length+=(--retrain_epochs=20)
+  # The derived network's length: its recipe's (--retrain_recipe, else --recipe), or the
+  # seed recipe's 20 epochs.
+  [[ $recipe -eq 1 || $retrain_recipe -eq 1 ]] || length+=(--retrain_epochs=20)
 elif [[ $quick -eq 1 ]]; then
   length=(--model_dir=runs/wt2_base_quick --max_steps=3000 --warmup_steps=300
           --arch_warmup_steps=600 --eval_interval=500 --checkpoint_interval=500)

@@ -197,6 +197,12 @@ RUNS_TABLE = {run.name: run for run in (
     # test and export, timed as a whole on both cores.
     Run("pipeline_muon_seed0", "./base_model.sh --pipeline --recipe=muon, seed 0, both cores",
         ("--recipe=muon", "--seed=0", *CPU_FLAGS), pipeline=True),
+    # The search with the seed recipe (Adam; with Muon it drifts to attention, speedrun.md)
+    # and the derived network alone with the record's recipe (--retrain_recipe=muon).
+    *(Run(f"pipeline_retrainmuon_seed{seed}",
+          f"./base_model.sh --pipeline --retrain_recipe=muon, seed {seed}, both cores",
+          ("--retrain_recipe=muon", f"--seed={seed}", *CPU_FLAGS), pipeline=True)
+      for seed in range(3)),
 )}
 
 

@@ -1,6 +1,6 @@
 """PAR in one command (`./base_model.sh --pipeline`; docs/results/par_pipeline.md):
 a search that stops once decided (`--stop_rule=stable`), its derived network
-trained next (`--then_retrain`, `--retrain_epochs`), exported (`--export`) and
+trained next (`--then_retrain`, `--retrain_epochs`, `--retrain_recipe`), exported (`--export`) and
 summarised; a command interrupted between the stages resumes the right stage.
 """
 
@@ -16,6 +16,11 @@ PIPELINE = ("--num_blocks=2", "--arch_warmup_steps=4", "--arch_learning_rate=0.5
             "--freeze_threshold=0", "--stop_rule=stable", "--stop_window=10",
             "--stop_min_lead=0.05", "--then_retrain", "--max_steps=80", "--eval_interval=0",
             "--deterministic")
+
+
+# The second stage of the pipeline fixture: its length and its own recipe (dropout 0.1,
+# Muon), not the search's.
+STAGE_TWO = ("--retrain_epochs=2", "--retrain_recipe=muon")
 
 
 def _config(data_dir, model_dir, *extra):
@@ -36,7 +41,7 @@ def pipeline(short_word_data, tmp_path_factory):
     from training.run.loop import train
 
     root = tmp_path_factory.mktemp("pipeline")
-    config = _config(short_word_data, root / "search", "--retrain_epochs=2")
+    config = _config(short_word_data, root / "search", *STAGE_TWO)
     results = train(config)
     exported = train_cli._export(results["final_model_dir"], str(root / "model.keras"), False)
     return config, results, exported, root
@@ -58,9 +63,13 @@ def test_the_search_stops_when_decided_and_its_derived_network_trains_next(pipel
     # The command ended with the retrain: that is the run an --export packages.
     assert results["final_model_dir"] == str(root / "search_retrain") == retrain["model_dir"]
     metrics = json.loads((root / "search_retrain" / "metrics.json").read_text())
-    # --retrain_epochs=2 sets the second stage's length, not the search's --max_steps.
+    # --retrain_epochs=2 sets the second stage's length, not the search's --max_steps;
+    # --retrain_recipe its optimisation, not the search's.
     records = data_utils.load_meta(config.data_dir)["splits"]["train"]["records"]
     assert metrics["step"] == 2 * records
+    written = json.loads((root / "search_retrain" / "config.json").read_text())
+    assert (written["recipe"], written["optimizer"]) == ("muon", "muon") != (
+        config.recipe, config.optimizer)
     assert "derivation" not in metrics and np.isfinite(metrics["best"]["test"]["perplexity"])
 
 
@@ -73,7 +82,9 @@ def test_the_exported_package_generates_and_evaluates_like_the_retrained_run(pip
     package = load_package(exported)
     run = runs.load_run(str(root / "search_retrain"), checkpoint="best")
     assert package.model.derived_architecture == results["architecture"]
-    for a, b in zip(package.model.variables, run.model.variables):
+    # The weights (the dropout's random state is not one: it moves as the run trains).
+    assert len(package.model.weight_variables) == len(run.model.weight_variables)
+    for a, b in zip(package.model.weight_variables, run.model.weight_variables):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     out = [decoder.generate(r.model, [1, 2, 3], 8, seed=3) for r in (package, run)]
     np.testing.assert_array_equal(np.asarray(out[0]), np.asarray(out[1]))
@@ -128,7 +139,7 @@ def test_a_command_stopped_between_the_stages_resumes_the_retrain_not_the_search
     from training.run import loop
 
     _, expected, _, _ = pipeline
-    config = _config(short_word_data, tmp_path / "search", "--retrain_epochs=2")
+    config = _config(short_word_data, tmp_path / "search", *STAGE_TWO)
     original = loop.train
 
     def stop_at_follow_up(follow, *args, **kwargs):
@@ -206,6 +217,9 @@ def test_the_command_announces_both_stages_up_front(short_word_data, tmp_path):
         "steps (it ends once every block's choice is stable); 2. the derived network trained "
         f"from scratch for {2 * records:,} steps in {tmp_path / 'search'}_retrain, then "
         "evaluated on test"]
+    own = _config(short_word_data, tmp_path / "search", *STAGE_TWO)
+    assert "the derived network trained from scratch with --recipe=muon for " in \
+        plugins.plan_lines(own, records)[0]
     # A search without a second stage, and a fixed network, announce nothing.
     assert plugins.plan_lines(config.replace(search=config.search.replace(
         then_retrain=False, retrain_epochs=0, stop_rule="frozen")), records) == []

@@ -124,6 +124,53 @@ def test_pipeline_retrain_takes_the_recipe_length(parse):
     assert retrain_config(plain, "afaf").epochs == 2
 
 
+STABLE = ("--then_retrain", "--freeze_threshold=0", "--stop_rule=stable", "--stop_window=10")
+
+
+def test_pipeline_retrain_takes_its_own_recipe(parse):
+    from training.plugins.par_search.retrain import retrain_config
+
+    muon = recipes.RECIPES["muon"]
+    search = parse("--epochs=2", "--learning_rate=1e-3", "--dropout=0.2", *STABLE,
+                   "--retrain_recipe=muon")
+    assert (search.optimizer, search.model.dropout, search.recipe) == ("adam", 0.2, "")
+    retrain = retrain_config(search, "afaf")
+    # The derived network trains as a run started with --recipe=muon would, every value
+    # the recipe names (settings and length), model fields included.
+    alone = parse("--recipe=muon", "--architecture=afaf")
+    for name in muon.values:
+        got, want = ((getattr(retrain, name), getattr(alone, name)) if hasattr(alone, name)
+                     else (getattr(retrain.model, name), getattr(alone.model, name)))
+        assert got == want == muon.values[name], name
+    assert (retrain.recipe, retrain.max_steps, retrain.search.retrain_recipe) == ("muon", 0, "")
+    # The search's other flags carry over; an explicit --retrain_epochs still wins.
+    assert retrain.model.d_model == search.model.d_model
+    shorter = parse("--epochs=2", *STABLE, "--retrain_recipe=muon", "--retrain_epochs=3")
+    assert (retrain_config(shorter, "afaf").epochs,
+            retrain_config(shorter, "afaf").optimizer) == (3, "muon")
+
+
+def test_the_retrain_command_names_the_retrain_recipe(parse):
+    from training.plugins.par_search.retrain import retrain_command
+
+    command = retrain_command(parse("--epochs=2", "--learning_rate=3e-3", "--log_interval=7",
+                                    *STABLE, "--retrain_recipe=muon"))
+    assert "--recipe=muon" in command and "--log_interval=7" in command
+    assert "--learning_rate" not in command and "--epochs" not in command
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--retrain_recipe=nope", *STABLE), "--retrain_recipe='nope': is not a recipe: choose "
+                                         "one of fast, finetune, muon, seed"),
+    (("--retrain_recipe=muon",), "--retrain_recipe='muon': sets the recipe of the "
+                                 "--then_retrain stage: add --then_retrain (or drop it)"),
+])
+def test_a_bad_retrain_recipe_is_refused_naming_the_flag(parse, args, message):
+    with pytest.raises((ConfigError, ValueError)) as error:
+        parse(*args)
+    assert message in str(error.value)
+
+
 def _train_config(args, data_dir):
     fv = train_cli.define_flags(flags.FlagValues())
     # The tiny build is too short for the pipeline's 1,000-step stability window.
@@ -158,14 +205,27 @@ def test_base_model_sh_takes_a_recipe(project_root, tmp_path, word_data):
     assert retrain_config(config, "aaafaf").epochs == fast.length["epochs"]
 
 
-def test_base_model_sh_refuses_a_spaced_recipe(project_root):
+def test_base_model_sh_pipeline_takes_a_retrain_recipe(project_root, tmp_path, word_data):
+    from training.plugins.par_search.retrain import retrain_config
+
+    config = _train_config(base_model_args(project_root, tmp_path, "--pipeline",
+                                           "--retrain_recipe=muon"), word_data)
+    # The search keeps the seed recipe; base_model.sh leaves the length to the recipe.
+    assert (config.optimizer, config.learning_rate, config.epochs) == ("adam", 1e-3, 2)
+    assert config.search.retrain_epochs == 0
+    retrain = retrain_config(config, "aaafaf")
+    assert (retrain.optimizer, retrain.epochs) == ("muon", recipes.RECIPES["muon"].length["epochs"])
+
+
+@pytest.mark.parametrize("flag", ["--recipe", "--retrain_recipe"])
+def test_base_model_sh_refuses_a_spaced_recipe(project_root, flag):
     import subprocess
 
-    done = subprocess.run(["bash", str(project_root / "base_model.sh"), "--recipe", "fast"],
+    done = subprocess.run(["bash", str(project_root / "base_model.sh"), flag, "fast"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
-    assert done.stderr.strip() == ("error: give the recipe as --recipe=NAME (one word), "
-                                   "e.g. --recipe=fast")
+    assert done.stderr.strip() == (f"error: give the recipe as {flag}=NAME (one word), "
+                                   f"e.g. {flag}=muon")
 
 
 def test_the_muon_recipe_sets_muons_options(parse):

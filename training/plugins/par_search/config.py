@@ -14,6 +14,7 @@ import dataclasses
 import os
 
 from model.config_base import ConfigBase, field
+from training.setup.recipes import RECIPES
 
 TAU_SCHEDULES = ("exponential", "linear")
 # When a search with --then_retrain has decided (training/plugins/par_search/stopping.py).
@@ -25,8 +26,10 @@ RETRAIN_INITS = ("scratch", "supernet")
 ARCH_WARMUP_FRACTION = 0.2
 SECTION = "search"
 # Fields a resumed run may change: whether and how it freezes blocks from now
-# on (the steps already taken stay as they were).
-RESUMABLE = frozenset({"freeze_threshold", "freeze_window", "then_retrain", "retrain_epochs"})
+# on (the steps already taken stay as they were), and how the derived network trains
+# once the search has decided (its length and recipe).
+RESUMABLE = frozenset({"freeze_threshold", "freeze_window", "then_retrain", "retrain_epochs",
+                       "retrain_recipe"})
 
 
 def _field(default, help, choices=None):  # noqa: A002
@@ -108,6 +111,11 @@ class SearchConfig(ConfigBase):
         0, "--then_retrain: epochs of the derived network's training (0: the --recipe's "
         "length with a recipe, else the search's own --epochs / --max_steps). The search then "
         "keeps its own, shorter schedule.")
+    retrain_recipe: str = _field(
+        "", "--then_retrain: the recipe of the derived network's training "
+        "(training/setup/recipes.py, e.g. 'muon'): its settings (optimizer, learning rate and "
+        "schedule, dropout, ...) replace the search's in the second stage and its length "
+        "applies unless --retrain_epochs is given ('': the search's own recipe and flags).")
     retrain_init: str = _field(
         "scratch", "--then_retrain: the derived network starts from fresh weights ('scratch', "
         "PAR's second stage) or from the search's best checkpoint ('supernet': each block "
@@ -150,6 +158,10 @@ class SearchConfig(ConfigBase):
         require(self.retrain_epochs >= 0, "retrain_epochs", "must be >= 0")
         require(self.retrain_epochs == 0 or self.then_retrain, "retrain_epochs",
                 "sets the length of the --then_retrain stage: add --then_retrain (or drop it)")
+        require(not self.retrain_recipe or self.retrain_recipe in RECIPES, "retrain_recipe",
+                f"is not a recipe: choose one of {', '.join(sorted(RECIPES))}")
+        require(not self.retrain_recipe or self.then_retrain, "retrain_recipe",
+                "sets the recipe of the --then_retrain stage: add --then_retrain (or drop it)")
         require(self.retrain_init == "scratch" or self.then_retrain, "retrain_init",
                 "sets how the --then_retrain stage starts: add --then_retrain (or drop it)")
 

@@ -1,7 +1,8 @@
-"""PAR's second stage: the derived network trained with the search's recipe.
+"""PAR's second stage: the derived network trained with the search's recipe or its own.
 
 `retrain_config`: its TrainConfig when it runs in the same command
-(`--then_retrain`); `seed_from_search`: its weights taken from the supernet's
+(`--then_retrain`), with its own recipe when --retrain_recipe names one
+(`with_recipe`); `seed_from_search`: its weights taken from the supernet's
 candidates (`--retrain_init=supernet`, `--init_from`); `retrain_command`: the
 train.py command the end-of-run summary lists after a search
 (`summaries.next_commands`): the run's flags that differ from their defaults and
@@ -32,12 +33,15 @@ def _flag_value(value):
 
 def retrain_flags(config):
     """train.py flags that repeat the run's recipe (its values that differ from the
-    defaults, model fields that differ from its preset) for a derived retrain."""
-    flags = []
+    defaults, model fields that differ from its preset) for a derived retrain; with
+    --retrain_recipe, that recipe instead of the values it sets."""
+    own = config.search.retrain_recipe
+    replaced = set(get_recipe(own).values) | {"recipe"} if own else set()
+    flags = [f"--recipe={own}"] if own else []
     for field in type(config).flag_fields():
         value = getattr(config, field.name)
         if field.name in _NOT_RETRAIN_FLAGS or field.metadata["group"] == SECTION \
-                or value == field.default:
+                or value == field.default or field.name in replaced:
             continue
         if isinstance(value, bool):
             flags.append(f"--{'' if value else 'no'}{field.name}")
@@ -48,7 +52,7 @@ def retrain_flags(config):
     preset = get_family(config.model_family).preset_config(
         config.preset, vocab_size=config.model.vocab_size)
     for name, value in config.model.to_dict().items():
-        if name in ("architecture", "vocab_size") or value == getattr(
+        if name in ("architecture", "vocab_size") or name in replaced or value == getattr(
                 preset, name) or _flag_value(value) == _flag_value(getattr(preset, name)):
             continue
         if isinstance(value, bool):
@@ -74,12 +78,15 @@ def retrain_config(config, architecture):
     otherwise (as `./base_model.sh --architecture=<search run> --arch_warmup_steps=0`),
     in `<model_dir>_retrain` (logs in `<logdir>_retrain` when a logdir is given); the
     search-only settings are reset (a --search_speed_target has chosen `architecture`).
-    With --retrain_epochs the second stage trains that many epochs, whatever the
-    search's own length; without it, a run with --recipe trains the recipe's length
-    (training/setup/recipes.py), and one without trains the search's own."""
+    With --retrain_recipe the second stage trains with that recipe's settings instead
+    of the search's (`with_recipe`). With --retrain_epochs it trains that many epochs,
+    whatever the search's own length; without it, the --retrain_recipe's or else the
+    --recipe's length (training/setup/recipes.py), and without either the search's own."""
     model_dir = os.path.normpath(config.model_dir) + "_retrain"
     logdir = os.path.normpath(config.logdir) + "_retrain" if config.logdir else ""
     search = config.search
+    if search.retrain_recipe:
+        config = with_recipe(config, search.retrain_recipe)
     if search.retrain_epochs:
         length = {"epochs": search.retrain_epochs, "max_steps": 0}
     elif config.recipe:
@@ -91,7 +98,30 @@ def retrain_config(config, architecture):
         model=config.model.replace(architecture=architecture), model_dir=model_dir,
         logdir=logdir, search=search.replace(
             arch_warmup_steps=0, then_retrain=False, stop_rule="frozen", retrain_epochs=0,
-            retrain_init="scratch", init_from=init_from, search_speed_target=0.0), **length)
+            retrain_recipe="", retrain_init="scratch", init_from=init_from,
+            search_speed_target=0.0), **length)
+
+
+def with_recipe(config, name, flag="--retrain_recipe"):
+    """`config` with the settings and warm-up of recipe `name` (training/setup/recipes.py)
+    instead of its own, and `recipe` set to it: the TrainConfig fields and the model
+    fields (e.g. dropout) it names. Its other length values (epochs, ...) are left to
+    the caller. ValueError naming `flag` for an unknown recipe or a model field the
+    config's model does not have."""
+    try:
+        recipe = get_recipe(name)
+    except ValueError as error:
+        raise ValueError(f"{flag}={name}: {error}") from None
+    values = dict(recipe.settings)
+    if "warmup_steps" in recipe.length:
+        values["warmup_steps"] = recipe.length["warmup_steps"]
+    top = {k: v for k, v in values.items() if hasattr(config, k)}
+    model = {k: v for k, v in values.items() if k not in top}
+    odd = sorted(k for k in model if not hasattr(config.model, k))
+    if odd:
+        raise ValueError(f"{flag}={name} sets {odd[0]}, which the model "
+                         f"({config.model_family}) does not have: give another recipe, or none")
+    return config.replace(recipe=name, model=config.model.replace(**model), **top)
 
 
 def candidate_key(path):

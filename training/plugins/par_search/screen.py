@@ -26,10 +26,9 @@ import os
 
 from pardata.errors import DataError
 from pardata.meta import load_meta
-from training.plugins.par_search.retrain import retrain_config
+from training.plugins.par_search.retrain import retrain_config, with_recipe
 from training.plugins.par_search.settle import SettleError, first_lowest, plan
 from training.setup.config import TrainConfig
-from training.setup.recipes import get_recipe
 
 SCREEN_FILE = "screen.json"
 SCHEDULES = ("prefix", "own")
@@ -42,25 +41,6 @@ def retrain_length(search_config, retrain_epochs):
     epochs = retrain_epochs or search.retrain_epochs
     return search_config.replace(search=search.replace(then_retrain=True,
                                                        retrain_epochs=epochs))
-
-
-def with_recipe(config, name):
-    """`config` with the settings (and warm-up) of recipe `name` (training/setup/recipes.py)
-    instead of its own: the TrainConfig fields and the model fields it names."""
-    try:
-        recipe = get_recipe(name)
-    except ValueError as error:
-        raise SettleError(f"--screen_recipe={name}: {error}") from None
-    values = dict(recipe.settings)
-    if "warmup_steps" in recipe.length:
-        values["warmup_steps"] = recipe.length["warmup_steps"]
-    top = {k: v for k, v in values.items() if hasattr(config, k)}
-    model = {k: v for k, v in values.items() if k not in top}
-    odd = sorted(k for k in model if not hasattr(config.model, k))
-    if odd:
-        raise SettleError(f"--screen_recipe={name} sets {odd[0]}, which the searches' model "
-                          "does not have: give another recipe, or none")
-    return config.replace(recipe=name, model=config.model.replace(**model), **top)
 
 
 def screen_configs(runs, out_dir, screen_steps, extra=(), retrain_epochs=0, schedule="prefix",
@@ -112,7 +92,7 @@ def screen_configs(runs, out_dir, screen_steps, extra=(), retrain_epochs=0, sche
                                          max_steps=screen_steps, plan_steps=steps)
             retrains[arch] = full.replace(model_dir=model_dir, logdir="")
         else:
-            own = with_recipe(full, recipe) if recipe else full
+            own = _screen_recipe(full, recipe) if recipe else full
             screens[arch] = own.replace(model_dir=model_dir, logdir="", max_steps=screen_steps)
             retrains[arch] = full.replace(model_dir=f"{model_dir}_retrain", logdir="")
     return settle_plan, screens, retrains
@@ -121,3 +101,11 @@ def screen_configs(runs, out_dir, screen_steps, extra=(), retrain_epochs=0, sche
 def pick(valid_nll, architectures):
     """The architecture of the lowest screen NLL (ties: the first in order)."""
     return first_lowest(valid_nll, architectures)
+
+
+def _screen_recipe(config, name):
+    """`config` with the settings (and warm-up) of recipe `name` (retrain.with_recipe)."""
+    try:
+        return with_recipe(config, name, flag="--screen_recipe")
+    except ValueError as error:
+        raise SettleError(str(error)) from None

@@ -176,12 +176,13 @@ def plan_lines(config, train_records):
     steps = total_steps(config, train_records)
     # The retrain's length does not depend on the architecture it will train.
     retrain = retrain_config(config, "a" * config.model.num_blocks)
+    recipe = f"with --recipe={retrain.recipe} " if search.retrain_recipe else ""
     ends = ("once every block's choice is stable" if search.stop_rule == "stable"
             else "once every block is frozen")
     return [f"this command runs two stages: 1. the search in {config.model_dir}, at most "
             f"{steps:,} steps (it ends {ends}); 2. the derived network trained from scratch "
-            f"for {total_steps(retrain, train_records):,} steps in {retrain.model_dir}, then "
-            "evaluated on test"]
+            f"{recipe}for {total_steps(retrain, train_records):,} steps in "
+            f"{retrain.model_dir}, then evaluated on test"]
 
 
 def next_commands(config, results):
