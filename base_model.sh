@@ -25,7 +25,8 @@
 # recipe's flags below (Adam 1e-3, cosine to 1e-5, clip 0.25, 20 epochs);
 # with --pipeline the derived network trains the recipe's length.
 # --retrain_recipe=NAME (with --pipeline): the derived network alone trains with
-# that recipe and its length; the search keeps the seed recipe (or --recipe).
+# that recipe and its length; the search keeps the seed recipe (or --recipe, which
+# then applies to both stages).
 #
 # Afterwards, train the derived architecture from scratch (PAR's second stage):
 #   ./base_model.sh --model_dir=runs/wt2_base_derived \
@@ -35,10 +36,12 @@
 # a short search (2 epochs, its own schedules) into runs/wt2_base_pipeline that
 # ends once every block's choice is stable (--stop_rule=stable; no progressive
 # freezing, which changed the 20-epoch search's outcome), then the derived
-# network trained 20 epochs from scratch in runs/wt2_base_pipeline_retrain,
+# network trained from scratch with the muon recipe (--retrain_recipe=muon, 10
+# epochs; the search keeps the seed recipe) in runs/wt2_base_pipeline_retrain,
 # evaluated on test and exported to runs/wt2_base_pipeline.keras (with another
 # --model_dir=DIR: DIR.keras, unless --export says where). Running it again
-# resumes the stage it was in.
+# resumes the stage it was in. --retrain_recipe=seed trains it as before that
+# default (20 epochs of the seed recipe), as does a run directory started then.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -116,9 +119,23 @@ elif [[ $pipeline -eq 1 ]]; then
   if [[ -n "$model_dir" && $export_given -eq 0 ]]; then
     length+=(--export="${model_dir%/}.keras")
   fi
-  # The derived network's length: its recipe's (--retrain_recipe, else --recipe), or the
-  # seed recipe's 20 epochs.
-  [[ $recipe -eq 1 || $retrain_recipe -eq 1 ]] || length+=(--retrain_epochs=20)
+  # The derived network's recipe and length: muon's 10 epochs (the search keeps the seed
+  # recipe, with which it derives the better networks: docs/results/speedrun.md), unless
+  # --recipe or --retrain_recipe says otherwise. A run directory started before that
+  # default (its config.json names no retrain recipe) finishes as it started: the seed
+  # recipe's 20 epochs.
+  if [[ $recipe -eq 0 && $retrain_recipe -eq 0 ]]; then
+    run_dir="${model_dir:-runs/wt2_base_pipeline}"
+    if [[ -f "$run_dir/config.json" ]] \
+        && ! grep -Eq '"retrain_recipe": *"[^"]' "$run_dir/config.json"; then
+      echo "note: $run_dir was started before --pipeline trained the derived network with" \
+        "--retrain_recipe=muon: it finishes as it started, with the seed recipe's 20 epochs" \
+        "(--retrain_recipe=muon with another --model_dir for the new default)" >&2
+      length+=(--retrain_epochs=20)
+    else
+      length+=(--retrain_recipe=muon)
+    fi
+  fi
 elif [[ $quick -eq 1 ]]; then
   length=(--model_dir=runs/wt2_base_quick --max_steps=3000 --warmup_steps=300
           --arch_warmup_steps=600 --eval_interval=500 --checkpoint_interval=500)

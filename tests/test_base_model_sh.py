@@ -143,6 +143,33 @@ def test_a_pipeline_in_another_run_directory_exports_beside_it(project_root, tmp
     assert last_flag(done.stdout.splitlines()[1:], "export") == "runs/wt2_base_pipeline.keras"
 
 
+@pytest.mark.parametrize("written, flag", [
+    ('"then_retrain": true, "retrain_epochs": 20', "--retrain_epochs=20"),
+    ('"retrain_recipe": "", "retrain_epochs": 20', "--retrain_epochs=20"),
+    ('"retrain_recipe": "muon", "retrain_epochs": 0', "--retrain_recipe=muon")])
+def test_a_pipeline_resumes_with_the_retrain_recipe_it_started_with(project_root, tmp_path,
+                                                                     written, flag):
+    """A pipeline run directory started before the derived network's default recipe became
+    muon (its config.json names no retrain recipe) keeps the seed recipe's 20 epochs and
+    says so; one started since keeps muon; a new one takes muon."""
+    run = tmp_path / "runs" / "old"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text('{\n  "search": {\n    ' + written + "\n  }\n}\n")
+    done = _run_base_model(project_root, tmp_path, "--pipeline", f"--model_dir={run}")
+    args = done.stdout.splitlines()[1:]
+    name, value = flag[2:].split("=")
+    assert done.returncode == 0 and last_flag(args, name) == value, done.stderr
+    old = flag == "--retrain_epochs=20"
+    assert (last_flag(args, "retrain_recipe"), "note:" in done.stderr) == (
+        (None, True) if old else ("muon", False)), done.stderr
+    assert done.stderr.startswith(f"note: {run} was started before --pipeline trained") == old
+    fresh = _run_base_model(project_root, tmp_path, "--pipeline",
+                            f"--model_dir={tmp_path / 'runs' / 'new'}")
+    fresh_args = fresh.stdout.splitlines()[1:]
+    assert (last_flag(fresh_args, "retrain_recipe"), last_flag(fresh_args, "retrain_epochs"),
+            fresh.stderr) == ("muon", None, "")
+
+
 def test_finetune_sh_resolves_the_users_paths_as_base_model_sh_does(project_root, tmp_path):
     """One from_caller (tools/caller_paths.sh) for both scripts: spaced and = forms,
     absolute paths and other flags unchanged."""

@@ -132,6 +132,25 @@ class _KilledBetweenStages(Exception):
 
 
 @pytest.mark.slow
+def test_a_pipeline_resumed_with_another_retrain_recipe_names_the_flag(pipeline):
+    """The second stage started with --retrain_recipe=muon: the finished command given
+    another recipe for it stops in one line naming the flag, and changes nothing."""
+    from runstore.errors import ConfigError
+    from training.run.loop import train
+
+    config, _, _, root = pipeline
+    files = {p: p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
+    for recipe, named in (("seed", "--recipe=seed"), ("", "the search's own flags")):
+        with pytest.raises(ConfigError) as error:
+            train(config.replace(search=config.search.replace(retrain_recipe=recipe)))
+        assert str(error.value) == (
+            f"{root / 'search'}_retrain holds the derived network's training started with "
+            f"--recipe=muon, but this command trains it with {named}: give "
+            "--retrain_recipe=muon to finish it, or start the pipeline in another --model_dir")
+    assert {p: p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()} == files
+
+
+@pytest.mark.slow
 def test_a_command_stopped_between_the_stages_resumes_the_retrain_not_the_search(
         pipeline, short_word_data, tmp_path, monkeypatch):
     """As a kill right after the search's last checkpoint: the same command again

@@ -150,6 +150,21 @@ def test_pipeline_retrain_takes_its_own_recipe(parse):
             retrain_config(shorter, "afaf").optimizer) == (3, "muon")
 
 
+def test_a_retrain_started_without_a_recipe_is_finished_with_an_empty_one(parse, tmp_path):
+    from training.plugins.par_search.retrain import check_started_retrain, retrain_config
+
+    follow = retrain_config(parse("--epochs=2", *STABLE, "--retrain_recipe=muon"), "afaf")
+    check_started_retrain(follow)  # nothing started yet
+    os.makedirs(follow.model_dir)
+    follow.replace(recipe="").save()  # a second stage started with the search's own flags
+    with pytest.raises(ConfigError, match=r"^.+_retrain holds the derived network's training "
+                       r"started with the search's own flags, but this command trains it "
+                       r"with --recipe=muon: give --retrain_recipe= \(empty: the search's own "
+                       r"flags\) to finish it, or start the pipeline in another --model_dir$"):
+        check_started_retrain(follow)
+    check_started_retrain(follow.replace(recipe=""))
+
+
 def test_the_retrain_command_names_the_retrain_recipe(parse):
     from training.plugins.par_search.retrain import retrain_command
 
@@ -180,18 +195,38 @@ def _train_config(args, data_dir):
 
 @pytest.mark.parametrize("mode", [[], ["--pipeline"]])
 def test_base_model_sh_seed_recipe_is_its_default(project_root, tmp_path, word_data, mode):
+    # The pipeline in a run directory of its own (one started in runs/ before the derived
+    # network's recipe became muon would keep its old default).
+    mode = [*mode, f"--model_dir={tmp_path / 'pipeline'}"] if mode else mode
     plain = _train_config(base_model_args(project_root, tmp_path, *mode), word_data)
     seeded = _train_config(base_model_args(project_root, tmp_path, *mode, "--recipe=seed"),
                            word_data)
     assert seeded.recipe == "seed" and plain.recipe == ""
-    if mode:  # the retrain's 20 epochs: base_model.sh's flag, or the recipe's length
+    if mode:  # the search's recipe either way; the derived network's: muon, or the seed's
         from training.plugins.par_search.retrain import retrain_config
 
-        assert (plain.search.retrain_epochs, seeded.search.retrain_epochs) == (20, 0)
-        assert retrain_config(seeded, "aaafaf").replace(recipe="") == retrain_config(
-            plain, "aaafaf")
-        seeded = seeded.replace(search=seeded.search.replace(retrain_epochs=20))
+        assert (plain.search.retrain_recipe, plain.search.retrain_epochs) == ("muon", 0)
+        assert (seeded.search.retrain_recipe, seeded.search.retrain_epochs) == ("", 0)
+        assert (retrain_config(plain, "aaafaf").recipe,
+                retrain_config(seeded, "aaafaf").epochs) == ("muon", 20)
+        seeded = seeded.replace(search=seeded.search.replace(retrain_recipe="muon"))
     assert seeded.replace(recipe="") == plain
+
+
+def test_base_model_sh_pipeline_with_the_seed_retrain_recipe_is_the_old_default(
+        project_root, tmp_path, word_data):
+    """--retrain_recipe=seed: the derived network trains as base_model.sh's pipeline trained
+    it before its default became muon (the seed recipe's flags and --retrain_epochs=20)."""
+    from training.plugins.par_search.retrain import retrain_config
+
+    run = f"--model_dir={tmp_path / 'pipeline'}"
+    seed = _train_config(base_model_args(project_root, tmp_path, "--pipeline", run,
+                                         "--retrain_recipe=seed"), word_data)
+    old = _train_config(base_model_args(project_root, tmp_path, "--pipeline", run,
+                                        "--retrain_recipe=", "--retrain_epochs=20"), word_data)
+    assert old.search.retrain_recipe == "" and old.recipe == ""
+    assert retrain_config(seed, "aaafaf").replace(recipe="") == retrain_config(old, "aaafaf")
+    assert retrain_config(seed, "aaafaf").epochs == 20
 
 
 def test_base_model_sh_takes_a_recipe(project_root, tmp_path, word_data):
@@ -209,6 +244,7 @@ def test_base_model_sh_pipeline_takes_a_retrain_recipe(project_root, tmp_path, w
     from training.plugins.par_search.retrain import retrain_config
 
     config = _train_config(base_model_args(project_root, tmp_path, "--pipeline",
+                                           f"--model_dir={tmp_path / 'pipeline'}",
                                            "--retrain_recipe=muon"), word_data)
     # The search keeps the seed recipe; base_model.sh leaves the length to the recipe.
     assert (config.optimizer, config.learning_rate, config.epochs) == ("adam", 1e-3, 2)

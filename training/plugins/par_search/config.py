@@ -189,6 +189,11 @@ class SearchConfig(ConfigBase):
                     f"--init_from={self.init_from} is not a run directory (no config.json): give "
                     "the directory of a finished search")
         self._check_speed_target(config)
+        if self.then_retrain and architecture == "supernet":
+            # A second stage already started with another recipe (a resumed pipeline).
+            from training.plugins.par_search.retrain import check_started_retrain, retrain_config
+
+            check_started_retrain(retrain_config(config, "a" * config.model.num_blocks))
         if self.stop_rule == "stable" and self.stop_window > steps - warmup_steps:
             raise ValueError(
                 f"--stop_window={self.stop_window} is longer than the search after its "

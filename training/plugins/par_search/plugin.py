@@ -72,7 +72,11 @@ from training.plugins.par_search import summaries as arch_summaries
 from training.plugins.par_search.costs import candidate_costs
 from training.plugins.par_search.freezing import FreezeState
 from training.plugins.par_search.report import ParSearchReport
-from training.plugins.par_search.retrain import retrain_config, seed_from_search
+from training.plugins.par_search.retrain import (
+    check_started_retrain,
+    retrain_config,
+    seed_from_search,
+)
 from training.plugins.par_search.schedules import tau_at
 from training.plugins.par_search.speed_target import SpeedTarget
 from training.setup.plan import capped_warmup
@@ -396,8 +400,10 @@ class ParSearch(ParSearchReport):
                             "architecture %s next", results.get("step", -1),
                             self._undecided_reasons(), self.model.derived_architecture)
         # The derivation on_finish wrote (under --search_speed_target not the argmax).
-        return retrain_config(config, results.get("architecture",
-                                                  self.model.derived_architecture))
+        follow = retrain_config(config, results.get("architecture",
+                                                    self.model.derived_architecture))
+        check_started_retrain(follow)
+        return follow
 
     def _undecided_reasons(self):
         last = self.stability.last if self.stability is not None else None

@@ -15,7 +15,7 @@ from absl import logging
 from runstore import run_dir
 from training.plugins.base import Plugin
 from training.plugins.par_search import summaries as arch_summaries
-from training.plugins.par_search.retrain import retrain_config
+from training.plugins.par_search.retrain import check_started_retrain, retrain_config
 
 
 class ParSearchReport(Plugin):
@@ -54,7 +54,9 @@ class ParSearchReport(Plugin):
             return None
         if not decided and search.stop_rule != "stable":
             return None
-        return retrain_config(config, derived)
+        follow = retrain_config(config, derived)
+        check_started_retrain(follow)
+        return follow
 
     @classmethod
     def merge_follow_up(cls, config, results, followed):

@@ -10,11 +10,14 @@ its model fields that differ from its preset, without the ones the retrain sets
 itself or takes from the data or the search.
 """
 
+import json
 import os
 import re
 import shlex
 
 from model.families import get_family
+from runstore.errors import ConfigError
+from runstore.run_dir import CONFIG_FILE
 from training.plugins.par_search.config import SECTION
 from training.setup.recipes import get_recipe
 
@@ -122,6 +125,30 @@ def with_recipe(config, name, flag="--retrain_recipe"):
         raise ValueError(f"{flag}={name} sets {odd[0]}, which the model "
                          f"({config.model_family}) does not have: give another recipe, or none")
     return config.replace(recipe=name, model=config.model.replace(**model), **top)
+
+
+def check_started_retrain(follow):
+    """Raises ConfigError when the run directory of the second stage `follow` (a
+    `retrain_config`) holds a training started with another recipe, as when a pipeline is
+    resumed with another --retrain_recipe: one line naming the flag that finishes it."""
+    path = os.path.join(follow.model_dir, CONFIG_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            started = json.load(f).get("recipe", "")
+    except (OSError, ValueError, AttributeError):
+        return  # nothing started, or check_resume names the unreadable file
+    if started == follow.recipe:
+        return
+    finish = (f"--retrain_recipe={started}" if started
+              else "--retrain_recipe= (empty: the search's own flags)")
+    raise ConfigError(
+        f"{follow.model_dir} holds the derived network's training started with "
+        f"{_named(started)}, but this command trains it with {_named(follow.recipe)}: give "
+        f"{finish} to finish it, or start the pipeline in another --model_dir")
+
+
+def _named(recipe):
+    return f"--recipe={recipe}" if recipe else "the search's own flags"
 
 
 def candidate_key(path):
