@@ -151,18 +151,19 @@ def test_pipeline_retrain_takes_its_own_recipe(parse):
 
 
 def test_a_retrain_started_without_a_recipe_is_finished_with_an_empty_one(parse, tmp_path):
-    from training.plugins.par_search.retrain import check_started_retrain, retrain_config
+    from training.plugins.par_search.config import check_started_retrain
+    from training.plugins.par_search.retrain import retrain_config
 
     follow = retrain_config(parse("--epochs=2", *STABLE, "--retrain_recipe=muon"), "afaf")
-    check_started_retrain(follow)  # nothing started yet
+    check_started_retrain(follow.model_dir, "muon")  # nothing started yet
     os.makedirs(follow.model_dir)
     follow.replace(recipe="").save()  # a second stage started with the search's own flags
     with pytest.raises(ConfigError, match=r"^.+_retrain holds the derived network's training "
                        r"started with the search's own flags, but this command trains it "
                        r"with --recipe=muon: give --retrain_recipe= \(empty: the search's own "
                        r"flags\) to finish it, or start the pipeline in another --model_dir$"):
-        check_started_retrain(follow)
-    check_started_retrain(follow.replace(recipe=""))
+        check_started_retrain(follow.model_dir, "muon")
+    check_started_retrain(follow.model_dir, "")
 
 
 def test_the_retrain_command_names_the_retrain_recipe(parse):

@@ -11,9 +11,11 @@ Importing this module does not load TensorFlow.
 """
 
 import dataclasses
+import json
 import os
 
 from model.config_base import ConfigBase, field
+from runstore.errors import ConfigError
 from training.setup.recipes import RECIPES
 
 TAU_SCHEDULES = ("exponential", "linear")
@@ -191,9 +193,8 @@ class SearchConfig(ConfigBase):
         self._check_speed_target(config)
         if self.then_retrain and architecture == "supernet":
             # A second stage already started with another recipe (a resumed pipeline).
-            from training.plugins.par_search.retrain import check_started_retrain, retrain_config
-
-            check_started_retrain(retrain_config(config, "a" * config.model.num_blocks))
+            check_started_retrain(os.path.normpath(config.model_dir) + "_retrain",
+                                  self.retrain_recipe or config.recipe)
         if self.stop_rule == "stable" and self.stop_window > steps - warmup_steps:
             raise ValueError(
                 f"--stop_window={self.stop_window} is longer than the search after its "
@@ -233,6 +234,30 @@ class SearchConfig(ConfigBase):
     def flag_fields(cls):
         """The fields, all train.py flags, in definition order."""
         return list(dataclasses.fields(cls))
+
+
+def check_started_retrain(model_dir, recipe):
+    """Raises ConfigError when `model_dir`, the run directory of a search's second stage
+    (retrain.retrain_config), holds a training started with another recipe than `recipe`
+    (as when a pipeline is resumed with another --retrain_recipe): one line naming the
+    flag that finishes it."""
+    try:
+        with open(os.path.join(model_dir, "config.json"), encoding="utf-8") as f:
+            started = json.load(f).get("recipe", "")
+    except (OSError, ValueError, AttributeError):
+        return  # nothing started, or check_resume names the unreadable file
+    if started == recipe:
+        return
+    finish = (f"--retrain_recipe={started}" if started
+              else "--retrain_recipe= (empty: the search's own flags)")
+    raise ConfigError(
+        f"{model_dir} holds the derived network's training started with {_named(started)}, "
+        f"but this command trains it with {_named(recipe)}: give {finish} to finish it, or "
+        "start the pipeline in another --model_dir")
+
+
+def _named(recipe):
+    return f"--recipe={recipe}" if recipe else "the search's own flags"
 
 
 def migrate_flat(values):

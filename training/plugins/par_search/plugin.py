@@ -69,14 +69,11 @@ import tensorflow as tf
 from training.plugins.base import OptimizerGroup
 from training.plugins.par_search import derive, plots, stopping
 from training.plugins.par_search import summaries as arch_summaries
+from training.plugins.par_search.config import check_started_retrain
 from training.plugins.par_search.costs import candidate_costs
 from training.plugins.par_search.freezing import FreezeState
 from training.plugins.par_search.report import ParSearchReport
-from training.plugins.par_search.retrain import (
-    check_started_retrain,
-    retrain_config,
-    seed_from_search,
-)
+from training.plugins.par_search.retrain import retrain_config, seed_from_search
 from training.plugins.par_search.schedules import tau_at
 from training.plugins.par_search.speed_target import SpeedTarget
 from training.setup.plan import capped_warmup
@@ -402,7 +399,7 @@ class ParSearch(ParSearchReport):
         # The derivation on_finish wrote (under --search_speed_target not the argmax).
         follow = retrain_config(config, results.get("architecture",
                                                     self.model.derived_architecture))
-        check_started_retrain(follow)
+        check_started_retrain(follow.model_dir, follow.recipe)
         return follow
 
     def _undecided_reasons(self):

@@ -15,7 +15,8 @@ from absl import logging
 from runstore import run_dir
 from training.plugins.base import Plugin
 from training.plugins.par_search import summaries as arch_summaries
-from training.plugins.par_search.retrain import check_started_retrain, retrain_config
+from training.plugins.par_search.config import check_started_retrain
+from training.plugins.par_search.retrain import retrain_config
 
 
 class ParSearchReport(Plugin):
@@ -55,7 +56,7 @@ class ParSearchReport(Plugin):
         if not decided and search.stop_rule != "stable":
             return None
         follow = retrain_config(config, derived)
-        check_started_retrain(follow)
+        check_started_retrain(follow.model_dir, follow.recipe)
         return follow
 
     @classmethod

@@ -2,7 +2,8 @@
 
 `retrain_config`: its TrainConfig when it runs in the same command
 (`--then_retrain`), with its own recipe when --retrain_recipe names one
-(`with_recipe`); `seed_from_search`: its weights taken from the supernet's
+(`with_recipe`; config.check_started_retrain refuses another one for a second stage
+already started); `seed_from_search`: its weights taken from the supernet's
 candidates (`--retrain_init=supernet`, `--init_from`); `retrain_command`: the
 train.py command the end-of-run summary lists after a search
 (`summaries.next_commands`): the run's flags that differ from their defaults and
@@ -10,14 +11,11 @@ its model fields that differ from its preset, without the ones the retrain sets
 itself or takes from the data or the search.
 """
 
-import json
 import os
 import re
 import shlex
 
 from model.families import get_family
-from runstore.errors import ConfigError
-from runstore.run_dir import CONFIG_FILE
 from training.plugins.par_search.config import SECTION
 from training.setup.recipes import get_recipe
 
@@ -125,30 +123,6 @@ def with_recipe(config, name, flag="--retrain_recipe"):
         raise ValueError(f"{flag}={name} sets {odd[0]}, which the model "
                          f"({config.model_family}) does not have: give another recipe, or none")
     return config.replace(recipe=name, model=config.model.replace(**model), **top)
-
-
-def check_started_retrain(follow):
-    """Raises ConfigError when the run directory of the second stage `follow` (a
-    `retrain_config`) holds a training started with another recipe, as when a pipeline is
-    resumed with another --retrain_recipe: one line naming the flag that finishes it."""
-    path = os.path.join(follow.model_dir, CONFIG_FILE)
-    try:
-        with open(path, encoding="utf-8") as f:
-            started = json.load(f).get("recipe", "")
-    except (OSError, ValueError, AttributeError):
-        return  # nothing started, or check_resume names the unreadable file
-    if started == follow.recipe:
-        return
-    finish = (f"--retrain_recipe={started}" if started
-              else "--retrain_recipe= (empty: the search's own flags)")
-    raise ConfigError(
-        f"{follow.model_dir} holds the derived network's training started with "
-        f"{_named(started)}, but this command trains it with {_named(follow.recipe)}: give "
-        f"{finish} to finish it, or start the pipeline in another --model_dir")
-
-
-def _named(recipe):
-    return f"--recipe={recipe}" if recipe else "the search's own flags"
 
 
 def candidate_key(path):
