@@ -50,12 +50,19 @@ def test_record_runs_use_the_recipe_and_their_architecture(project_root, tmp_pat
             and take2.record)
 
 
-def test_report_collects_a_finished_run(trained_run, tmp_path, monkeypatch):
+def _staged(trained_run, tmp_path, monkeypatch, name):
+    """(runs, results): speedrun's directories under tmp_path, a trained tiny run as run
+    `name` in runs."""
     runs, results = tmp_path / "runs", tmp_path / "results"
     monkeypatch.setattr(speedrun, "RUNS", runs)
     monkeypatch.setattr(speedrun, "RESULTS", results)
-    name = "record_muon_aaafaf_seed1"
     shutil.copytree(trained_run("transformer_xl"), runs / name)
+    return runs, results
+
+
+def test_report_collects_a_finished_run(trained_run, tmp_path, monkeypatch):
+    name = "record_muon_aaafaf_seed1"
+    runs, results = _staged(trained_run, tmp_path, monkeypatch, name)
     (runs / f"{name}.console.log").write_text(
         "I1129 02:00:00.000000 1 train.py:1] run: full config in x\n"
         "I1129 02:00:30.000000 1 run_loop.py:1] step 4 valid: nll 1 ppl 2 word ppl 3 bpb 4\n")
@@ -99,11 +106,8 @@ def test_pipeline_run_is_the_one_command_with_the_record_recipe(project_root, tm
 
 def test_report_takes_a_pipeline_row_from_its_derived_network(trained_run, tmp_path,
                                                                monkeypatch):
-    runs, results = tmp_path / "runs", tmp_path / "results"
-    monkeypatch.setattr(speedrun, "RUNS", runs)
-    monkeypatch.setattr(speedrun, "RESULTS", results)
     name = "pipeline_muon_seed0"
-    shutil.copytree(trained_run("transformer_xl"), runs / name)
+    runs, results = _staged(trained_run, tmp_path, monkeypatch, name)
     (runs / f"{name}.console.log").write_text(
         "I1129 02:00:00.000000 1 train.py:1] run: full config in x\n")
     assert speedrun.report([name]) == []  # the derived network is not trained yet

@@ -69,7 +69,6 @@ import tensorflow as tf
 from training.plugins.base import OptimizerGroup
 from training.plugins.par_search import derive, plots, stopping
 from training.plugins.par_search import summaries as arch_summaries
-from training.plugins.par_search.config import check_started_retrain
 from training.plugins.par_search.costs import candidate_costs
 from training.plugins.par_search.freezing import FreezeState
 from training.plugins.par_search.report import ParSearchReport
@@ -397,10 +396,10 @@ class ParSearch(ParSearchReport):
                             "architecture %s next", results.get("step", -1),
                             self._undecided_reasons(), self.model.derived_architecture)
         # The derivation on_finish wrote (under --search_speed_target not the argmax).
-        follow = retrain_config(config, results.get("architecture",
-                                                    self.model.derived_architecture))
-        check_started_retrain(follow.model_dir, follow.recipe)
-        return follow
+        # (A second stage started with another recipe was refused before the search:
+        # SearchConfig.check_run.)
+        return retrain_config(config, results.get("architecture",
+                                                  self.model.derived_architecture))
 
     def _undecided_reasons(self):
         last = self.stability.last if self.stability is not None else None
